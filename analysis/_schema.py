@@ -1,0 +1,57 @@
+"""Storage forms of the request-summary contract: DuckDB DDL and Arrow/polars schemas.
+
+Everything here is derived from :data:`llmslo.telemetry.COLUMNS`; nothing restates a column.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+import pyarrow as pa
+
+from llmslo.telemetry import COLUMNS, SCHEMA_VERSION, Column
+
+SUMMARY_TABLE = "request_summaries"
+META_TABLE = "llmslo_meta"
+
+_DUCKDB_TYPES = {"str": "VARCHAR", "float": "DOUBLE", "int": "BIGINT", "float_list": "DOUBLE[]"}
+_ARROW_TYPES = {
+    "str": pa.string(),
+    "float": pa.float64(),
+    "int": pa.int64(),
+    "float_list": pa.list_(pa.float64()),
+}
+_POLARS_TYPES: dict[str, pl.DataType] = {
+    "str": pl.String(),
+    "float": pl.Float64(),
+    "int": pl.Int64(),
+    "float_list": pl.List(pl.Float64()),
+}
+
+
+def duckdb_type(column: Column) -> str:
+    """The DuckDB type of a contract column."""
+    return _DUCKDB_TYPES[column.kind]
+
+
+def summary_ddl(table: str = SUMMARY_TABLE) -> str:
+    """``CREATE TABLE`` statement of the summary table (no key index: uniqueness is enforced on ingest)."""
+    cols = ",\n  ".join(
+        f"{c.name} {duckdb_type(c)}{'' if c.nullable else ' NOT NULL'}" for c in COLUMNS
+    )
+    return f"CREATE TABLE IF NOT EXISTS {table} (\n  {cols}\n)"
+
+
+def arrow_schema() -> pa.Schema:
+    """The Arrow schema of a request-summary table, with each column's doc as field metadata."""
+    return pa.schema(
+        [
+            pa.field(c.name, _ARROW_TYPES[c.kind], nullable=c.nullable, metadata={"doc": c.doc})
+            for c in COLUMNS
+        ],
+        metadata={"llmslo_schema_version": str(SCHEMA_VERSION)},
+    )
+
+
+def polars_schema() -> pl.Schema:
+    """The polars schema of a request-summary frame."""
+    return pl.Schema({c.name: _POLARS_TYPES[c.kind] for c in COLUMNS})

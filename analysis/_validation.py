@@ -1,0 +1,267 @@
+"""Vectorised validation of request-summary inputs, derived from the telemetry contract.
+
+An input is any DuckDB table expression (a registered Arrow table, ``read_parquet(...)``, a staged
+CSV/JSONL table) plus a 1-based row-number expression. :func:`column_plan` decides, from the source
+column types, how each contract column is converted and how a wrong type is detected;
+:func:`violation_conditions` lists every rule as a SQL predicate over the converted columns. The
+same predicates serve the fast "is anything wrong?" pass and the detailed error listing.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from llmslo.telemetry import COLUMNS, COUNT_COLUMNS, INTERVAL_COLUMNS, RULES, Column, LlmsloError
+
+ROW = "__row"
+"""Name of the 1-based row-number column carried through validation."""
+
+
+@dataclass(frozen=True)
+class RowError:
+    """One problem in one input: the file, the 1-based row (None for a whole-file problem),
+    the column, the offending value as text, the rule broken and a message saying what is expected."""
+
+    source: str
+    row: int | None
+    column: str
+    value: str | None
+    rule: str
+    message: str
+
+    def describe(self) -> str:
+        where = f"{self.source}: row {self.row}" if self.row is not None else self.source
+        shown = "null" if self.value is None else repr(self.value)
+        return f"{where}, column {self.column}: value {shown} breaks rule {self.rule!r}: {self.message}"
+
+
+class InvalidInputError(LlmsloError):
+    """Input rows break the request-summary contract; nothing was written.
+
+    ``errors`` lists the problems (possibly capped); ``invalid_rows`` counts the invalid rows.
+    """
+
+    def __init__(self, errors: Sequence[RowError], invalid_rows: int, shown: int = 20) -> None:
+        self.errors = list(errors)
+        self.invalid_rows = invalid_rows
+        lines = [e.describe() for e in self.errors[:shown]]
+        more = len(self.errors) - shown
+        if more > 0:
+            lines.append(f"... and {more} more problems")
+        head = (
+            f"{invalid_rows} invalid row(s); nothing was written. "
+            "Fix the rows, or pass --skip-invalid to load the valid rows and write the rejected ones "
+            "beside the input."
+        )
+        super().__init__(head + "\n" + "\n".join(lines))
+
+
+@dataclass(frozen=True)
+class ColumnPlan:
+    """How one contract column is read from an input.
+
+    ``value`` is the SQL of the converted value (typed as the contract says); ``bad_type`` is a SQL
+    predicate true when a present value has the wrong type (None when a wrong type is impossible);
+    ``shown`` is SQL rendering the raw value as text for error messages.
+    """
+
+    column: Column
+    value: str
+    bad_type: str | None
+    shown: str
+
+
+_INT_TYPES = {
+    "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT",
+    "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT",
+}
+_TARGET = {"str": "VARCHAR", "float": "DOUBLE", "int": "BIGINT", "float_list": "DOUBLE[]"}
+
+
+def _family(duck_type: str) -> str:
+    t = duck_type.upper()
+    if t in ("VARCHAR", "STRING") or t.startswith("ENUM"):
+        return "text"
+    if t in _INT_TYPES:
+        return "int"
+    if t in ("FLOAT", "DOUBLE", "REAL") or t.startswith("DECIMAL"):
+        return "float"
+    if t.endswith("[]"):
+        inner = _family(t[:-2])
+        return "list" if inner in ("int", "float") else "other"
+    if t in ('"NULL"', "NULL"):
+        return "null"
+    if t == "JSON":
+        return "json"
+    return "other"
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _integral(double_sql: str) -> str:
+    return (
+        f"CASE WHEN isfinite({double_sql}) AND {double_sql} = trunc({double_sql}) "
+        f"AND abs({double_sql}) < 9.2e18 THEN CAST({double_sql} AS BIGINT) END"
+    )
+
+
+def _plan_json(col: Column, raw: str) -> ColumnPlan:
+    jtype = f"json_type({raw})"
+    numeric = f"{jtype} IN ('DOUBLE', 'BIGINT', 'UBIGINT')"
+    if col.kind == "str":
+        value = f"CASE WHEN {jtype} = 'VARCHAR' THEN {raw} ->> '$' END"
+    elif col.kind == "float":
+        value = f"CASE WHEN {numeric} THEN TRY_CAST({raw} AS DOUBLE) END"
+    elif col.kind == "int":
+        value = (
+            f"CASE WHEN {jtype} IN ('BIGINT', 'UBIGINT') THEN TRY_CAST({raw} AS BIGINT) "
+            f"WHEN {jtype} = 'DOUBLE' THEN {_integral(f'TRY_CAST({raw} AS DOUBLE)')} END"
+        )
+    else:
+        value = f"CASE WHEN {jtype} = 'ARRAY' THEN TRY_CAST({raw} AS DOUBLE[]) END"
+    bad = f"({raw} IS NOT NULL AND {jtype} <> 'NULL' AND ({value}) IS NULL)"
+    return ColumnPlan(col, value, bad, f"CAST({raw} AS VARCHAR)")
+
+
+def _plan_typed(col: Column, raw: str, family: str) -> ColumnPlan:
+    target = _TARGET[col.kind]
+    shown = f"CAST({raw} AS VARCHAR)"
+    if family == "null":
+        return ColumnPlan(col, f"CAST(NULL AS {target})", None, shown)
+    compatible = {
+        "str": {"text"},
+        "float": {"int", "float"},
+        "int": {"int"},
+        "float_list": {"list"},
+    }[col.kind]
+    if family in compatible:
+        return ColumnPlan(col, f"CAST({raw} AS {target})", None, shown)
+    value: str | None = None
+    if col.kind == "int" and family in ("float", "text"):
+        value = _integral(f"TRY_CAST({raw} AS DOUBLE)")
+    elif family == "text" and col.kind in ("float", "float_list"):
+        value = f"TRY_CAST({raw} AS {target})"
+    if value is None:  # e.g. a number where a string belongs, or a boolean anywhere
+        return ColumnPlan(col, f"CAST(NULL AS {target})", f"({raw} IS NOT NULL)", shown)
+    return ColumnPlan(col, value, f"({raw} IS NOT NULL AND ({value}) IS NULL)", shown)
+
+
+def _plan_absent(col: Column) -> ColumnPlan:
+    target = _TARGET[col.kind]
+    if col.default is None:
+        value = f"CAST(NULL AS {target})"
+    elif isinstance(col.default, str):
+        value = "'" + col.default.replace("'", "''") + "'"
+    else:
+        value = f"CAST({col.default!r} AS {target})"
+    return ColumnPlan(col, value, None, "NULL")
+
+
+def column_plan(
+    source: str, source_types: Mapping[str, str], *, json_column: str | None = None
+) -> tuple[list[ColumnPlan], list[RowError]]:
+    """Plan the conversion of every contract column from an input's columns.
+
+    ``source_types`` maps input column names to DuckDB type names. With ``json_column``, values
+    are read from keys of that JSON-object column (JSONL) and ``source_types`` names the keys seen.
+    Returns the plans and the whole-input problems: unknown columns (with the nearest contract
+    name) and missing required columns.
+    """
+    names = {c.name for c in COLUMNS}
+    problems: list[RowError] = []
+    for name in source_types:
+        if name == ROW or name in names:
+            continue
+        near = difflib.get_close_matches(name, sorted(names), n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        problems.append(RowError(
+            source, None, name, None, "unknown_column",
+            f"column {name!r} is not part of the request summary{hint}; "
+            "rename or drop it (see `llmslo ingest --help` for the columns)",
+        ))
+    plans: list[ColumnPlan] = []
+    for col in COLUMNS:
+        if col.name not in source_types:
+            if col.required:
+                problems.append(RowError(
+                    source, None, col.name, None, "missing",
+                    f"required column {col.name!r} ({col.kind}: {col.doc}) is missing",
+                ))
+            plans.append(_plan_absent(col))
+        elif json_column is not None:
+            plans.append(_plan_json(col, f"({_q(json_column)} -> '$.{col.name}')"))
+        else:
+            plans.append(_plan_typed(col, _q(col.name), _family(source_types[col.name])))
+    return plans, problems
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One rule as a SQL predicate over converted columns: TRUE marks a violating row."""
+
+    rule: str
+    column: str
+    sql: str
+    message: str
+
+
+def _sql_list(values: Sequence[str]) -> str:
+    return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
+
+
+def violation_conditions(plans: Sequence[ColumnPlan]) -> list[Condition]:
+    """Every per-row rule of the contract, in a stable order (duplicates are checked apart)."""
+    out: list[Condition] = []
+    for plan in plans:
+        col = plan.column
+        name = _q(col.name)
+        bad = f"__bad_{col.name}" if plan.bad_type is not None else None
+        if bad is not None:
+            out.append(Condition("type", col.name, bad, f"{col.name} must be of type {col.kind}"))
+        if not col.nullable:
+            present = f"{name} IS NULL" + (f" AND NOT {bad}" if bad else "")
+            out.append(Condition("null", col.name, present, f"{col.name} must not be null"))
+        if col.kind == "str" and not col.nullable:
+            out.append(Condition("empty", col.name, f"{name} = ''", f"{col.name} must not be empty"))
+        if col.allowed is not None:
+            out.append(Condition(
+                "not_allowed", col.name, f"{name} NOT IN ({_sql_list(col.allowed)})",
+                f"{col.name} must be one of: {', '.join(col.allowed)}",
+            ))
+        if col.kind == "float":
+            out.append(Condition(
+                "non_finite", col.name, f"NOT isfinite({name})", f"{col.name} must be finite (no NaN/inf)"
+            ))
+        if col.kind == "float_list":
+            out.append(Condition(
+                "type", col.name, f"len(list_filter({name}, lambda g: g IS NULL)) > 0",
+                f"{col.name} must be a list of numbers (no nulls, no text)",
+            ))
+        if (col.name in INTERVAL_COLUMNS and col.kind == "float") or col.name in COUNT_COLUMNS:
+            out.append(Condition("negative", col.name, f"{name} < 0", f"{col.name} must be >= 0"))
+    for rule in RULES:
+        out.append(Condition(rule.name, rule.column, rule.sql, rule.message))
+    return out
+
+
+def typed_select(plans: Sequence[ColumnPlan], source_sql: str, row_sql: str) -> str:
+    """SQL selecting the row number, every converted column and each wrong-type flag."""
+    parts = [f"{row_sql} AS {ROW}"]
+    for plan in plans:
+        parts.append(f"{plan.value} AS {_q(plan.column.name)}")
+        if plan.bad_type is not None:
+            parts.append(f"{plan.bad_type} AS __bad_{plan.column.name}")
+    for plan in plans:
+        parts.append(f"{plan.shown} AS __shown_{plan.column.name}")
+    return f"SELECT {', '.join(parts)} FROM {source_sql}"
+
+
+def typed_select_fast(plans: Sequence[ColumnPlan], source_sql: str) -> str:
+    """Like :func:`typed_select` without row numbers and raw renderings (the fast path)."""
+    parts = [f"{plan.value} AS {_q(plan.column.name)}" for plan in plans]
+    parts += [f"{p.bad_type} AS __bad_{p.column.name}" for p in plans if p.bad_type is not None]
+    return f"SELECT {', '.join(parts)} FROM {source_sql}"
