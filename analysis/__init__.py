@@ -1,1 +1,58 @@
-"""Offline analysis of request summaries."""
+"""Offline analysis of request summaries: the DuckDB store, latency, goodput and survivor bias.
+
+Needs the ``analysis`` extra (``pip install 'llmslo[analysis]'``).
+"""
+
+from __future__ import annotations
+
+try:
+    import duckdb as _duckdb  # noqa: F401
+    import polars as _polars  # noqa: F401
+    import pyarrow as _pyarrow  # noqa: F401
+except ModuleNotFoundError as _exc:  # pragma: no cover - exercised only without the extra
+    raise ModuleNotFoundError(
+        f"llmslo.analysis needs the 'analysis' extra ({_exc.name} is missing): "
+        "pip install 'llmslo[analysis]'",
+        name=_exc.name,
+    ) from None
+
+from llmslo.analysis._durations import format_duration, parse_duration
+from llmslo.analysis._policy import DEFAULT_TPOT_S, DEFAULT_TTFT_S, GoodputPolicy
+from llmslo.analysis._report import (
+    GROUP_COLUMNS,
+    LATENCY_INTERVALS,
+    QUANTILES,
+    WINDOW_KEY,
+    ReportSpec,
+    build_report,
+)
+from llmslo.analysis._schema import arrow_schema, polars_schema, summary_ddl
+from llmslo.analysis._store import IngestReport, Store, StoreError, StoreVersionError, open_store
+from llmslo.analysis._survival import km_quantiles, quantile_label
+from llmslo.analysis._validation import InvalidInputError, RowError
+
+__all__ = [
+    "DEFAULT_TPOT_S",
+    "DEFAULT_TTFT_S",
+    "GROUP_COLUMNS",
+    "LATENCY_INTERVALS",
+    "QUANTILES",
+    "WINDOW_KEY",
+    "GoodputPolicy",
+    "IngestReport",
+    "InvalidInputError",
+    "ReportSpec",
+    "RowError",
+    "Store",
+    "StoreError",
+    "StoreVersionError",
+    "arrow_schema",
+    "build_report",
+    "format_duration",
+    "km_quantiles",
+    "open_store",
+    "parse_duration",
+    "polars_schema",
+    "quantile_label",
+    "summary_ddl",
+]

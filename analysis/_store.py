@@ -186,6 +186,15 @@ class Store:
         rows = self.con.sql(sql).fetchall()
         return tuple(rows[0])
 
+    def meta(self, key: str) -> str | None:
+        """A value recorded in the store's metadata table (e.g. ``schema_version``)."""
+        rows = self.con.sql(f"SELECT value FROM {META_TABLE} WHERE key = ?", params=[key]).fetchall()
+        return str(rows[0][0]) if rows else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Record a metadata value (replacing an earlier one)."""
+        self.con.execute(f"INSERT OR REPLACE INTO {META_TABLE} VALUES (?, ?)", [key, value])
+
     def count(self) -> int:
         """Number of stored summaries."""
         return int(self._one(f"SELECT count(*) FROM {SUMMARY_TABLE}")[0])

@@ -3,6 +3,7 @@
 Importing this package never loads polars, duckdb, scipy, numpy, typer or streamlit.
 """
 
+from llmslo.telemetry._buckets import DEFAULT_BUCKETS_S
 from llmslo.telemetry._errors import ConfigurationError, LlmsloError
 from llmslo.telemetry._summary import (
     COLUMN_NAMES,
@@ -32,6 +33,7 @@ __all__ = [
     "COLUMN_NAMES",
     "COUNT_COLUMNS",
     "DECODE_SQL",
+    "DEFAULT_BUCKETS_S",
     "FINISH_REASONS",
     "INTERVAL_COLUMNS",
     "REJECT_REASONS",

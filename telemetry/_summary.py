@@ -239,7 +239,7 @@ def validate_summary(row: Row) -> list[Violation]:
     """Check one summary row against the contract; return every violation (empty when valid).
 
     Column rules: ``missing`` (a required column is absent), ``unknown_column``, ``null`` (null in a
-    non-nullable column), ``type``, ``not_allowed`` (value outside a closed set), ``non_finite``
+    non-nullable column), ``type``, ``empty`` (an empty required string), ``not_allowed`` (value outside a closed set), ``non_finite``
     (NaN or infinity), ``negative``; then the cross-field :data:`RULES`. Uniqueness of
     ``request_id`` is a property of a batch and is checked by the store.
 
@@ -269,6 +269,8 @@ def validate_summary(row: Row) -> list[Violation]:
             out.append(Violation("type", col.name, value, f"{col.name} must be of type {col.kind}"))
             typed[col.name] = None
             continue
+        if col.kind == "str" and not col.nullable and value == "":
+            out.append(Violation("empty", col.name, value, f"{col.name} must not be empty"))
         if col.allowed is not None and value not in col.allowed:
             out.append(Violation(
                 "not_allowed", col.name, value,

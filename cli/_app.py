@@ -1,0 +1,334 @@
+"""The ``llmslo`` command: ingest request summaries, report on them, run the demo."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from llmslo import __version__
+from llmslo.analysis import (
+    DEFAULT_TPOT_S,
+    DEFAULT_TTFT_S,
+    GROUP_COLUMNS,
+    GoodputPolicy,
+    IngestReport,
+    InvalidInputError,
+    ReportSpec,
+    Store,
+    StoreError,
+    build_report,
+    parse_duration,
+)
+from llmslo.cli._render import render_report, report_csv
+from llmslo.telemetry import COLUMNS, FINISH_REASONS, LlmsloError
+
+app = typer.Typer(
+    name="llmslo",
+    help=(
+        "SLO analytics for LLM inference serving. Load one summary row per request into a DuckDB store, "
+        "then report TTFT/TPOT/ITL distributions, goodput under a fixed policy, and whether "
+        "success-only latency hides shed or cancelled requests (survivor bias).\n\n"
+        "Start with: llmslo demo"
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
+)
+err = Console(stderr=True)
+
+
+def _console() -> Console:
+    """Standard output; wide enough for the tables when it is not a terminal (pipes, CI logs)."""
+    out = Console()
+    return out if out.is_terminal else Console(width=150)
+
+PROGRESS_DELAY_S = 1.0
+"""A progress bar appears only for work that has already taken this long."""
+
+
+class _LazyProgress:
+    """A progress bar that shows itself only after ``PROGRESS_DELAY_S`` and only on a terminal."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled and err.is_terminal
+        self.start = time.monotonic()
+        self.bar: Progress | None = None
+        self.task: Any = None
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            if time.monotonic() - self.start < PROGRESS_DELAY_S:
+                return
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(),
+                                TextColumn("{task.completed:,}/{task.total:,} rows"), TimeElapsedColumn(),
+                                console=err, transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(stage, total=total)
+        self.bar.update(self.task, description=stage, completed=done, total=total)
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    err.print(f"[bold red]error:[/bold red] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _threshold(name: str, text: str | None, default: float | None) -> float | None:
+    if text is None:
+        return default
+    if text.strip().lower() in ("off", "none", "0"):
+        return None
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise _fail(f"--{name}: {exc}", 2) from None
+
+
+def _policy(ttft: str | None, tpot: str | None, e2e: str | None, window: str | None,
+            success: str, one_token_fails: bool) -> GoodputPolicy:
+    win = None
+    if window is not None:
+        try:
+            win = parse_duration(window)
+        except ValueError as exc:
+            raise _fail(f"--window: {exc}", 2) from None
+    try:
+        return GoodputPolicy(
+            success=frozenset(s.strip() for s in success.split(",") if s.strip()),
+            ttft_s=_threshold("ttft", ttft, DEFAULT_TTFT_S),
+            tpot_s=_threshold("tpot", tpot, DEFAULT_TPOT_S),
+            e2e_s=_threshold("e2e", e2e, None),
+            one_token_passes_tpot=not one_token_fails,
+            window_s=win,
+        )
+    except LlmsloError as exc:
+        raise _fail(str(exc), 2) from None
+
+
+def _by(text: str | None) -> tuple[str, ...]:
+    return tuple(s.strip() for s in text.split(",") if s.strip()) if text else ()
+
+
+def _ingest_table(reports: list[IngestReport]) -> Table:
+    t = Table(title="Ingest", title_justify="left")
+    for col in ("file", "read", "inserted", "already stored", "rejected", "rejected rows written to"):
+        t.add_column(col, justify="left" if col in ("file", "rejected rows written to") else "right")
+    for r in reports:
+        t.add_row(r.source, f"{r.rows_read:,}", f"{r.rows_inserted:,}", f"{r.rows_already_stored:,}",
+                  f"{r.rows_rejected:,}", r.rejected_path or "-")
+    return t
+
+
+def _ingest_json(reports: list[IngestReport], total: int) -> str:
+    return json.dumps({
+        "files": [
+            {"file": r.source, "rows_read": r.rows_read, "rows_inserted": r.rows_inserted,
+             "rows_already_stored": r.rows_already_stored, "rows_rejected": r.rows_rejected,
+             "rejected_path": r.rejected_path}
+            for r in reports
+        ],
+        "store_rows": total,
+    }, indent=2)
+
+
+_COLUMNS_HELP = "; ".join(
+    f"{c.name} ({c.kind}{', optional' if not c.required else ''}{', nullable' if c.nullable else ''})"
+    for c in COLUMNS
+)
+
+DbOption = Annotated[Path, typer.Option("--db", help="DuckDB store file.", show_default=False)]
+TtftOption = Annotated[str | None, typer.Option(
+    "--ttft", help=f"TTFT SLO (inclusive), e.g. 500ms, 2s; 'off' to ignore. (default: {DEFAULT_TTFT_S:g}s)")]
+TpotOption = Annotated[str | None, typer.Option(
+    "--tpot", help=f"TPOT SLO (inclusive), e.g. 100ms; 'off' to ignore. (default: {DEFAULT_TPOT_S * 1e3:g}ms)")]
+E2eOption = Annotated[str | None, typer.Option("--e2e", help="End-to-end SLO, e.g. 30s (default: off)")]
+ByOption = Annotated[str | None, typer.Option(
+    "--by", help=f"Group by a comma-separated list of: {', '.join(GROUP_COLUMNS)}.")]
+WindowOption = Annotated[str | None, typer.Option(
+    "--window", help="Time windows aligned to multiples of this length in Unix time, e.g. 10s, 5m. A "
+    "request belongs to the window of its arrival; rates divide by the window length.")]
+SuccessOption = Annotated[str, typer.Option(
+    "--success", help=f"Finish reasons that can be good (from: {', '.join(FINISH_REASONS)}).")]
+OneTokenOption = Annotated[bool, typer.Option(
+    "--one-token-fails", help="Replies of one token fail the TPOT condition (default: they pass).")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object (for scripts).")]
+CsvOption = Annotated[bool, typer.Option("--csv", help="Print one CSV row per group.")]
+
+
+@app.command()
+def ingest(
+    files: Annotated[list[Path], typer.Argument(help="JSONL (.jsonl/.ndjson/.json), CSV or Parquet files.",
+                                                show_default=False)],
+    db: DbOption,
+    skip_invalid: Annotated[bool, typer.Option(
+        "--skip-invalid", help="Load the valid rows; write rejected rows with reasons to FILE.rejected.jsonl.")] = False,
+    as_json: JsonOption = False,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="Never show a progress bar.")] = False,
+) -> None:
+    """Validate request summaries and load them into the store (created if missing).
+
+    Every row is checked before anything is written: types, finish reasons, negative or NaN
+    intervals, ttft_s > e2e_s, sent_tokens > generated_tokens, a ttft_s without a generated token,
+    duplicate request_id. One invalid row and nothing is loaded (unless --skip-invalid). Rows whose
+    request_id is already stored are skipped, so re-ingesting a file adds nothing.
+    """
+    progress = _LazyProgress(not (no_progress or as_json))
+    try:
+        with Store.open(db) as store:
+            reports = store.ingest_files(files, skip_invalid=skip_invalid, on_progress=progress)
+            total = store.count()
+    except InvalidInputError as exc:
+        raise _fail(str(exc)) from None
+    except LlmsloError as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        progress.stop()
+    if as_json:
+        print(_ingest_json(reports, total))
+        return
+    out = _console()
+    out.print(_ingest_table(reports))
+    out.print(f"store {db}: {total:,} request summaries")
+    if any(r.rows_rejected for r in reports):
+        err.print("[yellow]some rows were rejected; see the .rejected.jsonl files for the reasons[/yellow]")
+
+
+ingest.__doc__ = (ingest.__doc__ or "") + f"\n\nColumns: {_COLUMNS_HELP}."
+
+
+def _print_report(db: Path, spec: ReportSpec, as_json: bool, as_csv: bool) -> None:
+    if as_json and as_csv:
+        raise _fail("choose one of --json and --csv", 2)
+    try:
+        with Store.open(db, read_only=True) as store:
+            report = build_report(store.con, spec)
+    except LlmsloError as exc:
+        raise _fail(str(exc)) from None
+    if as_json:
+        print(json.dumps(report, indent=2))
+    elif as_csv:
+        sys.stdout.write(report_csv(report))
+    else:
+        render_report(report, _console())
+
+
+@app.command()
+def report(
+    db: DbOption,
+    ttft: TtftOption = None,
+    tpot: TpotOption = None,
+    e2e: E2eOption = None,
+    by: ByOption = None,
+    window: WindowOption = None,
+    success: SuccessOption = "stop,length",
+    one_token_fails: OneTokenOption = False,
+    as_json: JsonOption = False,
+    as_csv: CsvOption = False,
+) -> None:
+    """Latency distributions, goodput, survivor bias and token figures per group.
+
+    Goodput counts every arrival (rejected, cancelled, timed out, failed) in the denominator; good
+    means a success finish reason and every SLO met. Latency quantiles are exact. The survivor-bias
+    check compares TTFT over successful requests with a censoring-aware (Kaplan-Meier) estimate in
+    which requests that ended without a first token count as "at least that long".
+
+    Examples: llmslo report --db s.duckdb --ttft 2s --tpot 100ms --by model,version --window 5m
+    """
+    try:
+        spec = ReportSpec(_policy(ttft, tpot, e2e, window, success, one_token_fails), by=_by(by))
+    except LlmsloError as exc:
+        raise _fail(str(exc), 2) from None
+    _print_report(db, spec, as_json, as_csv)
+
+
+def _default_trace() -> Path | None:
+    env = os.environ.get("LLMSLO_REAL_DATA")
+    roots = [Path(env)] if env else []
+    here = Path(__file__).resolve().parents[1]
+    roots += [here.parent / "shared" / "real_data", Path.cwd().parent / "shared" / "real_data"]
+    for root in roots:
+        candidate = root / "azure" / "AzureLLMInferenceTrace_conv.csv"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@app.command()
+def demo(
+    db: Annotated[Path, typer.Option("--db", help="Where to write the demo store (replaced if it is a "
+                                     "previous demo store).")] = Path("llmslo-demo.duckdb"),
+    trace: Annotated[Path | None, typer.Option(
+        "--trace", help="Azure LLM inference trace CSV for arrivals and lengths (default: "
+        "../shared/real_data/azure/AzureLLMInferenceTrace_conv.csv when present, else synthetic)")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed of the simulation.")] = 0,
+    ttft: TtftOption = None,
+    tpot: TpotOption = None,
+    by: ByOption = None,
+    window: Annotated[str | None, typer.Option("--window", help="Report windows.")] = "5m",
+    as_json: JsonOption = False,
+) -> None:
+    """Simulate a server through an overload burst, load the summaries into a fresh store, report.
+
+    Arrivals and lengths come from the Azure production trace when it is available. During the
+    burst the queue fills (429s) and waiting clients give up before their first token; TTFT over
+    successful requests then looks healthy while the censoring-aware view shows the truth.
+    """
+    from llmslo.analysis._demo import simulate_demo_workload
+
+    trace = trace or _default_trace()
+    if trace is not None and not trace.is_file():
+        raise _fail(f"--trace: no such file {trace}", 2)
+    if db.exists():
+        try:
+            with Store.open(db, read_only=True) as old:
+                origin = old.meta("origin")
+        except StoreError:
+            origin = None
+        if origin != "demo":
+            raise _fail(f"{db} exists and is not a demo store; pass another --db", 2)
+        db.unlink()
+        Path(str(db) + ".wal").unlink(missing_ok=True)
+    say = err if as_json else _console()
+    say.print(f"simulating the workload ({'arrivals and lengths from ' + str(trace) if trace else 'synthetic arrivals: no trace found'})")
+    frame = simulate_demo_workload(trace, seed=seed)
+    workload = db.with_name(db.stem + "-workload.parquet")
+    frame.write_parquet(workload)
+    try:
+        with Store.open(db) as store:
+            store.set_meta("origin", "demo")
+            reports = store.ingest_files([workload])
+    except LlmsloError as exc:
+        raise _fail(str(exc)) from None
+    say.print(_ingest_table(reports))
+    spec = ReportSpec(_policy(ttft, tpot, None, window, "stop,length", False), by=_by(by))
+    _print_report(db, spec, as_json, False)
+    say.print(f"store: {db} (explore it: llmslo report --db {db} --by model --window 1m)")
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"llmslo {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """SLO analytics for LLM inference serving."""

@@ -1,0 +1,160 @@
+"""Rendering a report: tables a person reads at a glance, or CSV for a script."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from llmslo.analysis import WINDOW_KEY, format_duration
+
+_INTERVAL_ORDER = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s", "client_ttft_s")
+_QUANTS = ("p50", "p90", "p95", "p99")
+
+
+def _s(value: float | None) -> str:
+    """Seconds, readable: 0.0123 -> 12.3ms, 2.5 -> 2.50s."""
+    if value is None:
+        return "-"
+    if value < 1:
+        return f"{value * 1e3:.3g}ms"
+    return f"{value:.3g}s"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f}"
+
+
+def group_label(keys: dict[str, Any]) -> str:
+    parts = []
+    for k, v in keys.items():
+        if k == WINDOW_KEY and v is not None:
+            parts.append(datetime.fromtimestamp(float(v), tz=UTC).strftime("%Y-%m-%d %H:%M:%S"))
+        else:
+            parts.append(str(v))
+    return " · ".join(parts) if parts else "all"
+
+
+def render_report(report: dict[str, Any], console: Console) -> None:
+    """Print the goodput, latency, survivor-bias and token tables, then the definitions used."""
+    groups: list[dict[str, Any]] = report["groups"]
+    head = " × ".join(report["group_by"]) or "all requests"
+    if not groups:
+        console.print("[yellow]The store holds no request summaries.[/yellow]")
+        return
+
+    t = Table(title=f"Goodput by {head}", title_justify="left")
+    for col in ("group", "attempted", "good", "in flight", "goodput", "good req/s", "good gen tok/s"):
+        t.add_column(col, justify="left" if col == "group" else "right")
+    for g in groups:
+        t.add_row(group_label(g["keys"]), f"{g['attempted']:,}", f"{g['good']:,}", f"{g['in_flight']:,}",
+                  _pct(g["goodput_fraction"]), _rate(g["request_goodput_per_s"]),
+                  _rate(g["token_goodput_per_s"]))
+    console.print(t)
+
+    t = Table(title="Latency (exact quantiles)", title_justify="left")
+    for col in ("group", "interval", "n", "mean", *_QUANTS, "max"):
+        t.add_column(col, justify="left" if col in ("group", "interval") else "right")
+    for g in groups:
+        label = group_label(g["keys"])
+        for name in _INTERVAL_ORDER:
+            d = g["latency"][name]
+            if d["count"] == 0:
+                continue
+            t.add_row(label, name, f"{d['count']:,}", _s(d["mean"]), *(_s(d[q]) for q in _QUANTS), _s(d["max"]))
+            label = ""
+    console.print(t)
+
+    t = Table(title="Survivor bias: TTFT over successful requests vs censoring-aware (Kaplan-Meier)",
+              title_justify="left")
+    for col in ("group", "rejected", "shed+cancel", "success p90", "KM p90",
+                "success p99", "KM p99", "verdict"):
+        t.add_column(col, justify="left" if col in ("group", "verdict") else "right")
+    notes: list[str] = []
+    for g in groups:
+        sb = g["survivor_bias"]
+        so, ca = sb["ttft_success_only"], sb["ttft_censoring_aware"]
+
+        def aware(label: str, ca: dict[str, Any] = ca) -> str:
+            if ca.get(label) is None and ca.get("at_least_s") is not None and ca["count"]:
+                return f"≥{_s(ca['at_least_s'])}"
+            return _s(ca.get(label))
+
+        verdict = sb["verdict"]
+        style = {"optimistic": "bold red", "consistent": "green"}.get(verdict, "yellow")
+        t.add_row(group_label(g["keys"]), f"{sb['accounting']['rejected']:,}", _pct(sb["shed_cancel_fraction"]),
+                  _s(so["p90"]), aware("p90"), _s(so["p99"]), aware("p99"), f"[{style}]{verdict}[/{style}]")
+        notes += [f"{group_label(g['keys'])}: {r}" for r in sb["reasons"] if verdict == "optimistic"]
+        if not sb["accounting"]["balanced"]:
+            notes += [f"{group_label(g['keys'])}: accounting does not add up: {u}"
+                      for u in sb["accounting"]["unbalanced"]]
+    console.print(t)
+    for n in notes[:12]:
+        console.print(f"  [red]•[/red] {n}")
+    if len(notes) > 12:
+        console.print(f"  … and {len(notes) - 12} more")
+
+    t = Table(title="Tokens (sums; waste = generated - sent; generated/s = generated_tokens_per_s, "
+              "sent/s = sent_tokens_per_s)", title_justify="left")
+    for col in ("group", "prompt", "generated", "sent", "waste", "generated/s", "sent/s"):
+        t.add_column(col, justify="left" if col == "group" else "right")
+    for g in groups:
+        k = g["tokens"]
+        t.add_row(group_label(g["keys"]), f"{k['prompt_tokens']:,}", f"{k['generated_tokens']:,}",
+                  f"{k['sent_tokens']:,}", f"{k['backpressure_waste_tokens']:,}",
+                  _rate(k["generated_tokens_per_s"]), _rate(k["sent_tokens_per_s"]))
+    console.print(t)
+
+    basis = report["rate_basis"]
+    if basis["kind"] == "window":
+        rate = f"per-second rates divide by the window length ({format_duration(basis['seconds'])})"
+    else:
+        secs = basis["seconds"]
+        rate = ("per-second rates divide by the span the data covers, first arrival to last finish "
+                f"({_s(secs)})")
+    console.print(f"[dim]Policy: {report['policy']['rule']}.[/dim]")
+    console.print(f"[dim]Rates: {rate}. Totals: {report['totals']['attempted']:,} attempted, "
+                  f"{report['totals']['good']:,} good ({_pct(report['totals']['goodput_fraction'])}).[/dim]")
+    for name, text in report["definitions"].items():
+        console.print(f"[dim]{name}: {text}[/dim]")
+
+
+def report_csv(report: dict[str, Any]) -> str:
+    """One CSV row per group: keys, goodput figures, each interval's statistics, tokens, verdict."""
+    rows: list[dict[str, Any]] = []
+    for g in report["groups"]:
+        row: dict[str, Any] = dict(g["keys"])
+        for k in ("attempted", "good", "in_flight", "goodput_fraction", "request_goodput_per_s",
+                  "token_goodput_per_s"):
+            row[k] = g[k]
+        for name in _INTERVAL_ORDER:
+            d = g["latency"][name]
+            for stat in ("count", "mean", *_QUANTS, "max"):
+                row[f"{name}_{stat}"] = d[stat]
+        for k, v in g["tokens"].items():
+            row[k] = v
+        sb = g["survivor_bias"]
+        for q in ("p90", "p99"):
+            row[f"ttft_s_success_only_{q}"] = sb["ttft_success_only"][q]
+            row[f"ttft_s_censoring_aware_{q}"] = sb["ttft_censoring_aware"].get(q)
+        row["survivor_bias_verdict"] = sb["verdict"]
+        rows.append(row)
+    buf = io.StringIO()
+    fields: Sequence[str] = list(rows[0]) if rows else ["attempted"]
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return buf.getvalue()
+
+
+__all__ = ["group_label", "render_report", "report_csv"]

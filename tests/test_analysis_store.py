@@ -1,0 +1,216 @@
+"""The store: every rule rejects its row and changes nothing; ingest is lossless and idempotent."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llmslo.analysis import (
+    InvalidInputError,
+    Store,
+    StoreError,
+    StoreVersionError,
+    arrow_schema,
+    polars_schema,
+)
+from llmslo.analysis._schema import META_TABLE, SUMMARY_TABLE
+from llmslo.telemetry import COLUMN_NAMES, COLUMNS
+from llmslo.tests._rows import BREAKERS, cancelled_row, ok_row, rejected_row
+
+
+def _jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    full = [{c.name: r.get(c.name, c.default) for c in COLUMNS} for r in rows]
+    return pl.DataFrame(full, schema=polars_schema())
+
+
+def _stored(store: Store) -> list[dict[str, Any]]:
+    rel = store.con.sql(f"SELECT * FROM {SUMMARY_TABLE} ORDER BY request_id")
+    return [dict(zip(rel.columns, r, strict=True)) for r in rel.fetchall()]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store.open(tmp_path / "s.duckdb")
+    yield s  # type: ignore[misc]
+    s.close()
+
+
+GOOD = [ok_row(0), ok_row(1, itl_s=[0.1] * 10), rejected_row(2), cancelled_row(3)]
+
+
+@pytest.mark.parametrize(("rule", "column", "overrides"), BREAKERS, ids=[f"{b[0]}-{b[1]}" for b in BREAKERS])
+def test_each_rule_rejects_its_bad_row_and_leaves_the_store_unchanged(
+    tmp_path: Path, store: Store, rule: str, column: str, overrides: dict[str, Any]
+) -> None:
+    store.ingest_files([_jsonl(tmp_path / "first.jsonl", GOOD[:1])])
+    before = _stored(store)
+    bad = _jsonl(tmp_path / "bad.jsonl", [*GOOD[1:], ok_row(9, **overrides)])
+    with pytest.raises(InvalidInputError) as info:
+        store.ingest_files([bad])
+    hits = [e for e in info.value.errors if e.rule == rule and e.column == column]
+    assert hits, info.value
+    assert hits[0].row == 4 and hits[0].source == str(bad)
+    assert str(bad) in str(info.value) and f"row 4, column {column}" in str(info.value)
+    assert _stored(store) == before
+
+
+def test_non_finite_value_in_a_frame_is_rejected(store: Store) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        store.ingest_frame(_frame([ok_row(0, e2e_s=math.inf), ok_row(1, ttft_s=math.nan)]))
+    assert {(e.rule, e.column, e.row) for e in info.value.errors} >= {("non_finite", "e2e_s", 1),
+                                                                       ("non_finite", "ttft_s", 2)}
+    assert store.count() == 0
+
+
+def test_duplicate_request_id_names_both_rows(tmp_path: Path, store: Store) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        store.ingest_files([_jsonl(tmp_path / "d.jsonl", [ok_row(0), ok_row(1), ok_row(0)])])
+    (err,) = [e for e in info.value.errors if e.rule == "duplicate_request_id"]
+    assert err.row == 3 and "same as row 1" in (err.value or "")
+
+
+def test_a_bad_file_among_good_ones_loads_nothing(tmp_path: Path, store: Store) -> None:
+    good = _jsonl(tmp_path / "good.jsonl", GOOD)
+    bad = _jsonl(tmp_path / "bad.jsonl", [ok_row(10, finish_reason="oops")])
+    with pytest.raises(InvalidInputError):
+        store.ingest_files([good, bad])
+    assert store.count() == 0
+
+
+def test_skip_invalid_loads_valid_rows_and_writes_rejected_ones_beside_the_input(
+    tmp_path: Path, store: Store
+) -> None:
+    src = _jsonl(tmp_path / "mixed.jsonl", [*GOOD, ok_row(7, sent_tokens=99), ok_row(8, ttft_s="x")])
+    (report,) = store.ingest_files([src], skip_invalid=True)
+    assert (report.rows_read, report.rows_inserted, report.rows_rejected) == (6, 4, 2)
+    assert report.rejected_path == str(tmp_path / "mixed.jsonl.rejected.jsonl")
+    rejected = [json.loads(line) for line in Path(report.rejected_path).read_text().splitlines()]
+    assert [r["row"] for r in rejected] == [5, 6]
+    assert rejected[0]["record"]["request_id"] == "req-7"
+    assert rejected[0]["errors"][0]["rule"] == "sent_exceeds_generated"
+    assert store.count() == 4
+
+
+def test_malformed_json_names_the_line_and_loads_nothing(tmp_path: Path, store: Store) -> None:
+    path = tmp_path / "broken.jsonl"
+    path.write_text(json.dumps(ok_row(0)) + "\n" + '{"request_id": "x",,}\n')
+    with pytest.raises(InvalidInputError) as info:
+        store.ingest_files([path])
+    assert info.value.errors[0].row == 2 and info.value.errors[0].rule == "malformed_json"
+    assert store.count() == 0
+
+
+def test_unknown_and_missing_columns_are_named_with_a_hint(tmp_path: Path, store: Store) -> None:
+    row = ok_row(0)
+    row["ttft"] = row.pop("ttft_s")
+    del row["e2e_s"]
+    with pytest.raises(InvalidInputError) as info:
+        store.ingest_files([_jsonl(tmp_path / "cols.jsonl", [row])])
+    text = str(info.value)
+    assert "'ttft'" in text and "did you mean 'ttft_s'" in text
+    assert "required column 'e2e_s'" in text
+
+
+def test_reingesting_the_same_rows_adds_nothing(tmp_path: Path, store: Store) -> None:
+    src = _jsonl(tmp_path / "a.jsonl", GOOD)
+    first = store.ingest_files([src])[0]
+    again = store.ingest_files([src])[0]
+    assert (first.rows_inserted, again.rows_inserted, again.rows_already_stored) == (4, 0, 4)
+    assert store.count() == 4
+
+
+def test_csv_parquet_jsonl_and_frames_load_the_same_rows(tmp_path: Path) -> None:
+    frame = _frame(GOOD)
+    frame.write_parquet(tmp_path / "a.parquet")
+    frame.drop("itl_s").write_csv(tmp_path / "a.csv")
+    _jsonl(tmp_path / "a.jsonl", GOOD)
+    results = []
+    for name in ("a.parquet", "a.csv", "a.jsonl"):
+        with Store.open(tmp_path / f"{name}.duckdb") as s:
+            s.ingest_files([tmp_path / name])
+            results.append(_stored(s))
+    with Store.open(tmp_path / "frame.duckdb") as s:
+        s.ingest_frame(frame.to_arrow())
+        results.append(_stored(s))
+    for got in results:
+        for r in got:
+            if r["request_id"] == "req-1":
+                r["itl_s"] = None  # the CSV has no itl_s column
+    assert results[0] == results[1] == results[2] == results[3]
+
+
+_finite = st.floats(min_value=0, max_value=1e4, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def _valid_rows(draw: st.DrawFn) -> list[dict[str, Any]]:
+    n = draw(st.integers(1, 20))
+    rows = []
+    for i in range(n):
+        q, a, b, c = sorted(draw(st.lists(_finite, min_size=4, max_size=4)))
+        gen = draw(st.integers(1, 10_000))
+        rows.append(ok_row(
+            i, model=draw(st.text(min_size=1, max_size=8)), arrival_unix_s=draw(st.floats(0, 2e9)),
+            queue_s=q, ttft_s=a, last_token_s=b, e2e_s=c, generated_tokens=gen,
+            sent_tokens=draw(st.integers(0, gen)), prompt_tokens=draw(st.integers(0, 10**6)),
+            itl_s=draw(st.one_of(st.none(), st.lists(_finite, max_size=4))),
+            client_ttft_s=draw(st.one_of(st.none(), _finite)),
+        ))
+    return rows
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_valid_rows())
+def test_ingest_then_read_is_lossless(tmp_path_factory: pytest.TempPathFactory, rows: list[dict[str, Any]]) -> None:
+    path = tmp_path_factory.mktemp("lossless")
+    _jsonl(path / "in.jsonl", rows)
+    with Store.open(path / "s.duckdb") as s:
+        s.ingest_files([path / "in.jsonl"])
+        stored = _stored(s)
+    want = sorted(({c.name: r.get(c.name, c.default) for c in COLUMNS} for r in rows),
+                  key=lambda r: r["request_id"])
+    assert stored == want
+
+
+def test_arrow_schema_and_ddl_come_from_one_definition(store: Store) -> None:
+    rel = store.con.sql(f"SELECT * FROM {SUMMARY_TABLE} LIMIT 0")
+    assert tuple(rel.columns) == COLUMN_NAMES == tuple(arrow_schema().names) == tuple(polars_schema().names())
+    assert isinstance(arrow_schema().field("itl_s").type, pa.ListType)
+
+
+def test_a_store_of_another_schema_version_is_refused_with_the_fix(tmp_path: Path) -> None:
+    path = tmp_path / "old.duckdb"
+    Store.open(path).close()
+    con = duckdb.connect(str(path))
+    con.execute(f"UPDATE {META_TABLE} SET value = '0' WHERE key = 'schema_version'")
+    con.close()
+    with pytest.raises(StoreVersionError, match="schema version 0.*re-ingest"):
+        Store.open(path)
+
+
+def test_reading_a_missing_store_says_how_to_create_one(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="llmslo ingest"):
+        Store.open(tmp_path / "nope.duckdb", read_only=True)
+
+
+def test_a_foreign_duckdb_file_is_not_taken_over(tmp_path: Path) -> None:
+    path = tmp_path / "other.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE t (a INT)")
+    con.close()
+    with pytest.raises(StoreError, match="not an llmslo store"):
+        Store.open(path)
