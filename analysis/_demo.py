@@ -9,8 +9,12 @@ For :data:`BURST_DURATION_S` seconds starting :data:`BURST_OFFSET_S` seconds aft
 arrivals of a :data:`BURST_FACTOR` times longer stretch of the input are squeezed in (same requests,
 shorter gaps). The servers are then overloaded: the queue fills and sheds (``rejected``/``queue_full``),
 clients give up before their first token (``client_cancel`` with a null TTFT), a few requests hit their
-server ``deadline``. TTFT computed over ``stop``/``length`` requests only looks far better than what
-clients lived through: the requests that waited longest are exactly the ones missing from it.
+server ``deadline``. TTFT computed over ``stop``/``length`` requests only looks better than what
+clients lived through: the requests that waited longest are exactly the ones missing from it. On the
+Azure conversation trace (seed 0) a quarter of the admitted burst requests end without a first token, the
+success-only TTFT p99 stays just under the clients' patience (about 10 s) while the Kaplan–Meier survival
+at that "p99" is still about 2.5%, and per 30 s window the 8B server's success-only p99 improves while
+its shed fraction rises.
 
 What is modelled, per model server (times in seconds of simulated server time):
 
@@ -102,6 +106,10 @@ SLOW_CLIENT_MIN_TOKENS = 32
 SEND_QUEUE_CAPACITY = 16
 """Per-request send-queue capacity, chunks of one token."""
 ITL_ROWS = 200
+STARVED_SHARE = 0.12
+"""Share of the admitted burst requests with long prompts (the longest quarter) that KV-cache pressure
+preempts before their first token and never resumes: they wait until the client gives up or the server
+deadline ends them. They are the requests a success-only TTFT never sees."""
 """Number of successful requests (earliest arrivals) whose ``itl_s`` is filled."""
 
 _NO_DEADLINE_S = 1e9
@@ -130,10 +138,12 @@ SERVERS: tuple[ServerModel, ...] = (
     # 50k prompt tok/s prefill; a 64-wide decode step of 14.4 ms. On the Azure conversation trace
     # (mean 1,155 prompt and 211 output tokens) one request costs about 80 ms of engine time at full
     # batch, so capacity is about 12 req/s against at most ~7 req/s outside the burst and ~18 in it.
-    ServerModel("llama-3.1-8b", 0.8, max_batch=64, queue_capacity=128, prefill_base_s=0.01,
+    ServerModel("llama-3.1-8b", 0.8, max_batch=64, queue_capacity=32, prefill_base_s=0.01,
                 prefill_per_token_s=0.02e-3, decode_base_s=0.008, decode_per_seq_s=0.1e-3,
                 prefill_token_budget=8192),
-    # About 4x slower per token: capacity about 3 req/s against at most ~1.7 outside the burst.
+    # About 4x slower per token: capacity about 3 req/s against at most ~1.7 outside the burst. Its
+    # queue holds more than a patience's worth of work, so in the burst it rarely fills: its clients
+    # cancel (the queue is bounded in length but not in time) instead of being rejected.
     ServerModel("llama-3.1-70b", 0.2, max_batch=32, queue_capacity=64, prefill_base_s=0.03,
                 prefill_per_token_s=0.08e-3, decode_base_s=0.02, decode_per_seq_s=0.4e-3,
                 prefill_token_budget=4096),
@@ -393,7 +403,7 @@ def simulate_demo_workload(
     exactly the columns and dtypes of :func:`~llmslo.analysis._schema.polars_schema`, rows in arrival
     order, ``request_id`` ``req-000001``…; every row satisfies the request-summary contract. All
     intervals are seconds of server time from arrival, ``client_*`` add a simulated network round trip.
-    About 0.6 s for the 19k-request Azure conversation trace.
+    About a second (0.6 s on an idle core) for the 19k-request Azure conversation trace.
     """
     if max_requests is not None and max_requests < 1:
         raise ValueError(f"max_requests must be at least 1, got {max_requests}")
@@ -462,6 +472,23 @@ def simulate_demo_workload(
     sent = np.where(gone, generated - slow_queued, generated)
     max_queued = np.where(gone, slow_queued, np.where(recovered, SEND_QUEUE_CAPACITY, 0))
     code = np.where(gone, _CANCEL, code)
+
+    # KV-cache pressure in the burst: long prompts preempted before their first token starve until the
+    # client's patience or the server deadline runs out.
+    in_burst = (arrival >= BURST_OFFSET_S) & (arrival < BURST_OFFSET_S + BURST_DURATION_S)
+    long_prompt = work.prompt >= np.quantile(work.prompt, 0.75)
+    starved = (in_burst & long_prompt & (code == _FINISHED) & ~eligible
+               & (rng.random(n) < STARVED_SHARE / 0.25))
+    starved[keep_itl] = False
+    waited = np.minimum(patience, deadline)
+    code = np.where(starved, np.where(deadline < patience, _DEADLINE, _CANCEL), code)
+    end = np.where(starved, arrival + waited, end)
+    scheduled = np.where(starved & (scheduled - arrival > waited), np.nan, scheduled)
+    first = np.where(starved, np.nan, first)
+    last = np.where(starved, np.nan, last)
+    generated = np.where(starved, 0, generated)
+    sent = np.where(starved, 0, sent)
+    finished = code == _FINISHED
 
     reason_names = np.array(["stop", "client_cancel", "deadline", "rejected", "error", "length"])
     reason = reason_names[np.where(finished & capped & (code == _FINISHED), 5, code)]
