@@ -14,7 +14,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -265,10 +265,8 @@ class Store:
     def _drop(self, inp: _Input) -> None:
         for name in inp.cleanup:
             if name.startswith("__llmslo_in_"):
-                try:
+                with suppress(duckdb.Error):
                     self.con.unregister(name)
-                except duckdb.Error:
-                    pass
                 self.con.execute(f"DROP TABLE IF EXISTS {name}")
 
     def _row_set(self, rows: set[int]) -> str:

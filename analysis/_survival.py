@@ -83,17 +83,26 @@ def _double(value: float) -> str:
     return f"CAST('{value!r}' AS DOUBLE)"
 
 
+def _null_safe_on(left: str, right: str, groups: Sequence[str]) -> str:
+    return " AND ".join(f"{left}.{g} IS NOT DISTINCT FROM {right}.{g}" for g in groups) or "TRUE"
+
+
+def _survival(a: str, n: str, ef: str) -> str:
+    """S just after the event row with descending rank ``a`` (one expression, used everywhere)."""
+    return f"((CAST({a} - 1 AS DOUBLE) / {n}) * {ef})"
+
+
 def km_quantiles_sql(source_sql: str, group_cols: Sequence[str], quantiles: Sequence[float]) -> str:
     """SQL query computing Kaplan–Meier quantiles of ``t`` (seconds) per group of ``source_sql``.
 
     ``source_sql`` yields ``group_cols`` plus ``t`` (DOUBLE seconds, finite, ``>= 0``) and ``event``
     (BOOLEAN: TRUE observed at ``t``, FALSE right-censored at ``t``); see the module docstring for the
-    estimator. It is inlined as ``FROM (source_sql)``, so it may contain ``?`` parameters.
+    estimator. It is inlined once as ``FROM (source_sql)``, so it may contain ``?`` parameters.
 
     The query returns one row per group, ordered by the group columns (exactly one row when
     ``group_cols`` is empty, even for an empty source), with columns:
 
-    * the group columns;
+    * the group columns (a NULL group value is a group of its own);
     * ``n`` (BIGINT rows), ``n_events`` (BIGINT), ``n_censored`` (BIGINT);
     * one DOUBLE column per quantile, named by :func:`quantile_label`, in seconds: the KM quantile,
       NULL when the survival curve never falls to ``1 - q``;
@@ -105,7 +114,8 @@ def km_quantiles_sql(source_sql: str, group_cols: Sequence[str], quantiles: Sequ
     name starting with ``_km_``) or repeated.
     """
     groups = list(group_cols)
-    labels = [quantile_label(q) for q in quantiles]
+    qs = [float(q) for q in quantiles]
+    labels = [quantile_label(q) for q in qs]
     if len(set(labels)) != len(labels):
         raise ValueError(f"duplicate quantiles: {list(quantiles)!r}")
     reserved = _RESERVED | set(labels)
@@ -116,54 +126,115 @@ def km_quantiles_sql(source_sql: str, group_cols: Sequence[str], quantiles: Sequ
         raise ValueError(f"repeated group column: {groups!r}")
 
     gq = [_quote(g) for g in groups]
-    gsel = "".join(f"{g}, " for g in gq)
-    part = f"PARTITION BY {', '.join(gq)} " if gq else ""
-    order_by = f"ORDER BY {', '.join(gq)}" if gq else ""
-    group_by_final = f"GROUP BY {', '.join(gq)}" if gq else ""
-    ordered = f"{part}ORDER BY _km_t"
 
-    quantile_cols = "".join(
-        f",\n  MIN(_km_t) FILTER (WHERE _km_d > 0 AND _km_s <= {_double((1.0 - float(q)) + KM_TOLERANCE)})"
-        f" AS {_quote(label)}"
-        for q, label in zip(quantiles, labels, strict=True)
-    )
-    bad = "_km_t IS NULL OR NOT isfinite(_km_t) OR _km_t < 0 OR _km_cnt <> _km_d + _km_c"
+    def sel(alias: str = "") -> str:  # "g1, g2, " (possibly qualified), or ""
+        prefix = f"{alias}." if alias else ""
+        return "".join(f"{prefix}{g}, " for g in gq)
+
+    part = f"PARTITION BY {', '.join(gq)} " if gq else ""
+    group_by = f"GROUP BY {', '.join(gq)}" if gq else ""
+    group_by_s = f"GROUP BY {', '.join(f's.{g}' for g in gq)}" if gq else ""
+    order_by = f"ORDER BY {', '.join(f'tot.{g}' for g in gq)}" if gq else ""
     message = "km_quantiles: every t must be finite, non-null and >= 0, and every event non-null"
 
-    return f"""WITH _km_agg AS (
-  SELECT {gsel}CAST(t AS DOUBLE) AS _km_t,
-    COUNT(*) AS _km_cnt,
-    COUNT(*) FILTER (WHERE CAST(event AS BOOLEAN)) AS _km_d,
-    COUNT(*) FILTER (WHERE NOT CAST(event AS BOOLEAN)) AS _km_c
-  FROM ({source_sql}) AS _km_source
-  GROUP BY {gsel}_km_t
+    # _km_w: every row with its descending rank a (a = rows at or after it in time order; at a tie,
+    # events come before censorings, so a censored row at t is still at risk for the events at t).
+    # _km_tot: per-group totals. Row-level form of the product: over rows in time order,
+    # S after event row j = Π_{event rows i<=j} (a_i - 1) / a_i = ((a_j - 1) / N) · Π_{censored i<j} a_i/(a_i-1)
+    # (ties of events telescope into (n_u - d_u) / n_u). Between two censored rows the censoring factor
+    # E is constant, so each such segment of event rows is a linear piece of S and the first row with
+    # S <= 1 - q is found by arithmetic; only the censored rows need a second window.
+    head = f"""WITH _km_w AS MATERIALIZED (
+  SELECT {sel()}_km_t, _km_e,
+    ROW_NUMBER() OVER ({part}ORDER BY _km_t DESC, _km_e) AS _km_a
+  FROM (
+    SELECT {sel()}CAST(t AS DOUBLE) AS _km_t, CAST(event AS BOOLEAN) AS _km_e
+    FROM ({source_sql}) AS _km_source
+  ) AS _km_typed
 ),
-_km_risk AS (
-  SELECT *,
-    SUM(_km_cnt) OVER ({part}) AS _km_total,
-    SUM(_km_cnt) OVER ({ordered} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS _km_before
-  FROM _km_agg
+_km_tot AS (
+  SELECT {sel()}COUNT(*) AS _km_n,
+    COUNT(*) FILTER (WHERE _km_e) AS _km_ne,
+    COUNT(*) FILTER (WHERE NOT _km_e) AS _km_nc,
+    MAX(_km_t) FILTER (WHERE NOT _km_e) AS _km_maxc,
+    COALESCE(MAX(_km_a) FILTER (WHERE NOT _km_e), 0) AS _km_a1,
+    COALESCE(bool_or(_km_t IS NULL OR NOT isfinite(_km_t) OR _km_t < 0 OR _km_e IS NULL), FALSE) AS _km_bad
+  FROM _km_w
+  {group_by}
+)"""
+    if not qs:
+        return f"""{head}
+SELECT {sel("tot")}
+  CASE WHEN tot._km_bad THEN error('{message}') ELSE tot._km_n END AS n,
+  tot._km_ne AS n_events, tot._km_nc AS n_censored, tot._km_maxc AS max_censored_t
+FROM _km_tot AS tot
+{order_by}"""
+
+    thresholds = [_double((1.0 - q) + KM_TOLERANCE) for q in qs]
+    picks = "".join(
+        f""",
+    arg_max(struct_pack(lo := s._km_lo, hi := s._km_hi, ef := s._km_ef), s._km_hi)
+      FILTER (WHERE s._km_lo <= s._km_hi AND {_survival("s._km_lo", "tot._km_n", "s._km_ef")} <= {thr})
+      AS _km_s{i}"""
+        for i, thr in enumerate(thresholds)
+    )
+    targets = "\n  UNION ALL\n".join(
+        f"""  SELECT {sel()}{i} AS _km_q,
+    CASE WHEN c < hi AND {_survival("c + 1", "n", "ef")} <= {thr} THEN c + 1
+      WHEN {_survival("c", "n", "ef")} <= {thr} THEN c
+      WHEN c > lo AND {_survival("c - 1", "n", "ef")} <= {thr} THEN c - 1
+      ELSE lo END AS _km_a
+  FROM (
+    SELECT {sel()}n, lo, hi, ef,
+      LEAST(GREATEST(CAST(FLOOR({thr} * n / ef) AS BIGINT) + 1, lo), hi) AS c
+    FROM (
+      SELECT {sel()}_km_n AS n, _km_s{i}['lo'] AS lo, _km_s{i}['hi'] AS hi, _km_s{i}['ef'] AS ef
+      FROM _km_pick WHERE _km_s{i} IS NOT NULL
+    ) AS _km_p
+  ) AS _km_c"""
+        for i, thr in enumerate(thresholds)
+    )
+    quantile_cols = "".join(
+        f"{',' if i else ''}\n    MIN(_km_t) FILTER (WHERE _km_q = {i}) AS {_quote(label)}"
+        for i, label in enumerate(labels)
+    )
+    quantile_out = "".join(f"qs.{_quote(label)}, " for label in labels)
+    return f"""{head},
+_km_cens AS (
+  SELECT {sel()}_km_a,
+    LEAD(_km_a, 1, 0) OVER ({part}ORDER BY _km_a DESC) AS _km_next,
+    SUM(CASE WHEN _km_a > 1 THEN LN(CAST(_km_a AS DOUBLE) / (_km_a - 1)) ELSE 0 END)
+      OVER ({part}ORDER BY _km_a DESC ROWS UNBOUNDED PRECEDING) AS _km_f
+  FROM _km_w
+  WHERE NOT _km_e
 ),
-_km_alive AS (
-  SELECT *,
-    _km_total - COALESCE(_km_before, 0) - _km_d AS _km_m
-  FROM _km_risk
+_km_seg AS (
+  SELECT {sel()}_km_next + 1 AS _km_lo, _km_a - 1 AS _km_hi, EXP(_km_f) AS _km_ef FROM _km_cens
+  UNION ALL
+  SELECT {sel()}_km_a1 + 1 AS _km_lo, _km_n AS _km_hi, CAST(1 AS DOUBLE) AS _km_ef FROM _km_tot
 ),
-_km_surv AS (
-  SELECT *,
-    (CAST(_km_m AS DOUBLE) / _km_total) * EXP(COALESCE(SUM(
-      CASE WHEN _km_c > 0 AND _km_m > _km_c THEN LN(CAST(_km_m AS DOUBLE) / (_km_m - _km_c)) ELSE 0 END
-    ) OVER ({ordered} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)) AS _km_s
-  FROM _km_alive
+_km_pick AS (
+  SELECT {sel("s")}ANY_VALUE(tot._km_n) AS _km_n{picks}
+  FROM _km_seg AS s JOIN _km_tot AS tot ON {_null_safe_on("s", "tot", gq)}
+  {group_by_s}
+),
+_km_target AS (
+{targets}
+),
+_km_hit AS (
+  SELECT {sel("p")}p._km_q, w._km_t
+  FROM _km_target AS p JOIN _km_w AS w ON {_null_safe_on("p", "w", gq)} AND w._km_a = p._km_a
+),
+_km_qs AS (
+  SELECT {sel()}{quantile_cols}
+  FROM _km_hit
+  {group_by}
 )
-SELECT {gsel}
-  CASE WHEN bool_or({bad}) THEN error('{message}')
-    ELSE CAST(COALESCE(SUM(_km_cnt), 0) AS BIGINT) END AS n,
-  CAST(COALESCE(SUM(_km_d), 0) AS BIGINT) AS n_events,
-  CAST(COALESCE(SUM(_km_c), 0) AS BIGINT) AS n_censored{quantile_cols},
-  MAX(_km_t) FILTER (WHERE _km_c > 0) AS max_censored_t
-FROM _km_surv
-{group_by_final}
+SELECT {sel("tot")}
+  CASE WHEN tot._km_bad THEN error('{message}') ELSE tot._km_n END AS n,
+  tot._km_ne AS n_events, tot._km_nc AS n_censored,
+  {quantile_out}tot._km_maxc AS max_censored_t
+FROM _km_tot AS tot LEFT JOIN _km_qs AS qs ON {_null_safe_on("tot", "qs", gq)}
 {order_by}"""
 
 

@@ -176,7 +176,8 @@ def ingest(
                                                 show_default=False)],
     db: DbOption,
     skip_invalid: Annotated[bool, typer.Option(
-        "--skip-invalid", help="Load the valid rows; write rejected rows with reasons to FILE.rejected.jsonl.")] = False,
+        "--skip-invalid",
+        help="Load the valid rows; write rejected rows with reasons to FILE.rejected.jsonl.")] = False,
     as_json: JsonOption = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Never show a progress bar.")] = False,
 ) -> None:
@@ -304,7 +305,8 @@ def demo(
         db.unlink()
         Path(str(db) + ".wal").unlink(missing_ok=True)
     say = err if as_json else _console()
-    say.print(f"simulating the workload ({'arrivals and lengths from ' + str(trace) if trace else 'synthetic arrivals: no trace found'})")
+    source = f"arrivals and lengths from {trace}" if trace else "synthetic arrivals: no trace found"
+    say.print(f"simulating the workload ({source})")
     frame = simulate_demo_workload(trace, seed=seed)
     workload = db.with_name(db.stem + "-workload.parquet")
     frame.write_parquet(workload)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Literal
 
 SCHEMA_VERSION = 1
@@ -23,7 +23,7 @@ SCHEMA_VERSION = 1
 ColumnKind = Literal["str", "float", "int", "float_list"]
 
 
-class FinishReason(str, Enum):
+class FinishReason(StrEnum):
     """The closed set of terminal states of a request."""
 
     STOP = "stop"
@@ -35,7 +35,7 @@ class FinishReason(str, Enum):
     ERROR = "error"
 
 
-class RejectReason(str, Enum):
+class RejectReason(StrEnum):
     """Why admission control refused a request (only with ``finish_reason == "rejected"``)."""
 
     QUEUE_FULL = "queue_full"
@@ -239,9 +239,9 @@ def validate_summary(row: Row) -> list[Violation]:
     """Check one summary row against the contract; return every violation (empty when valid).
 
     Column rules: ``missing`` (a required column is absent), ``unknown_column``, ``null`` (null in a
-    non-nullable column), ``type``, ``empty`` (an empty required string), ``not_allowed`` (value outside a closed set), ``non_finite``
-    (NaN or infinity), ``negative``; then the cross-field :data:`RULES`. Uniqueness of
-    ``request_id`` is a property of a batch and is checked by the store.
+    non-nullable column), ``type``, ``empty`` (an empty required string), ``not_allowed`` (value
+    outside a closed set), ``non_finite`` (NaN or infinity), ``negative``; then the cross-field
+    :data:`RULES`. Uniqueness of ``request_id`` is a property of a batch and is checked by the store.
 
     Example::
 

@@ -198,7 +198,7 @@ def test_a_store_of_another_schema_version_is_refused_with_the_fix(tmp_path: Pat
     con = duckdb.connect(str(path))
     con.execute(f"UPDATE {META_TABLE} SET value = '0' WHERE key = 'schema_version'")
     con.close()
-    with pytest.raises(StoreVersionError, match="schema version 0.*re-ingest"):
+    with pytest.raises(StoreVersionError, match=r"schema version 0.*re-ingest"):
         Store.open(path)
 
 
