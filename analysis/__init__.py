@@ -17,6 +17,16 @@ except ModuleNotFoundError as _exc:  # pragma: no cover - exercised only without
     ) from None
 
 from llmslo.analysis._durations import format_duration, parse_duration
+from llmslo.analysis._import_registry import (
+    ImportFormatError,
+    ImportOptions,
+    ImportReport,
+    UnknownKindError,
+    detect_kind,
+    importer_for,
+    importers,
+)
+from llmslo.analysis._import_traces import TRACE_KINDS, TraceFormatError, TraceSummary, read_trace
 from llmslo.analysis._policy import DEFAULT_TPOT_S, DEFAULT_TTFT_S, GoodputPolicy
 from llmslo.analysis._report import (
     GROUP_COLUMNS,
@@ -27,6 +37,15 @@ from llmslo.analysis._report import (
     build_report,
 )
 from llmslo.analysis._schema import arrow_schema, polars_schema, summary_ddl
+from llmslo.analysis._scrape import (
+    Scrape,
+    ScrapeAnalysis,
+    ScrapeFormatError,
+    analyze_scrape,
+    compare_scrapes,
+    parse_exposition,
+    read_scrape,
+)
 from llmslo.analysis._store import IngestReport, Store, StoreError, StoreVersionError, open_store
 from llmslo.analysis._survival import km_quantiles, quantile_label
 from llmslo.analysis._validation import InvalidInputError, RowError
@@ -35,24 +54,42 @@ __all__ = [
     "DEFAULT_TPOT_S",
     "DEFAULT_TTFT_S",
     "GROUP_COLUMNS",
-    "LATENCY_INTERVALS",
-    "QUANTILES",
-    "WINDOW_KEY",
     "GoodputPolicy",
+    "ImportFormatError",
+    "ImportOptions",
+    "ImportReport",
     "IngestReport",
     "InvalidInputError",
+    "LATENCY_INTERVALS",
+    "QUANTILES",
     "ReportSpec",
     "RowError",
+    "Scrape",
+    "ScrapeAnalysis",
+    "ScrapeFormatError",
     "Store",
     "StoreError",
     "StoreVersionError",
+    "TRACE_KINDS",
+    "TraceFormatError",
+    "TraceSummary",
+    "UnknownKindError",
+    "WINDOW_KEY",
+    "analyze_scrape",
     "arrow_schema",
     "build_report",
+    "compare_scrapes",
+    "detect_kind",
     "format_duration",
+    "importer_for",
+    "importers",
     "km_quantiles",
     "open_store",
     "parse_duration",
+    "parse_exposition",
     "polars_schema",
     "quantile_label",
+    "read_scrape",
+    "read_trace",
     "summary_ddl",
 ]

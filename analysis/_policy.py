@@ -11,9 +11,9 @@ from llmslo.telemetry import FINISH_REASONS, TPOT_SQL, ConfigurationError
 
 DEFAULT_SUCCESS: frozenset[str] = frozenset({"stop", "length"})
 DEFAULT_TTFT_S = 2.0
-"""Default report TTFT SLO, seconds (definitions.md, "Default report policy")."""
+"""Default report TTFT SLO, seconds (docs/conventions.md, "Goodput")."""
 DEFAULT_TPOT_S = 0.1
-"""Default report TPOT SLO, seconds (definitions.md, "Default report policy")."""
+"""Default report TPOT SLO, seconds (docs/conventions.md, "Goodput")."""
 
 
 @dataclass(frozen=True)

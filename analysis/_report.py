@@ -29,7 +29,7 @@ QUANTILES: tuple[float, ...] = (0.5, 0.9, 0.95, 0.99)
 SURVIVOR_QUANTILES: tuple[float, ...] = (0.5, 0.9, 0.99)
 SURVIVOR_TOLERANCE = 0.10
 """A success-only TTFT quantile is optimistic when the censoring-aware one exceeds it by more than this
-fraction (definitions.md, "Survivor bias")."""
+fraction (docs/conventions.md, "Survivor bias")."""
 SURVIVOR_MIN_REQUESTS = 20
 """Below this many admitted requests in a group the survivor-bias verdict is ``insufficient_data``."""
 SHED_RISE = 0.05

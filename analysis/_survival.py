@@ -5,8 +5,8 @@ Why: a request that ended without a first token after waiting ``w`` seconds has 
 the latency look better exactly when the system sheds its slowest requests; the Kaplan–Meier estimator
 uses it.
 
-Input. ``source_sql`` is any SQL table expression (a table name, or a subquery without the
-parentheses) that yields the group columns plus
+Input. ``source_sql`` is a query (``SELECT …``, ``FROM …``, ``VALUES …``) or a table or view name,
+read exactly once, that yields the group columns plus
 
 * ``t``: DOUBLE, the time in **seconds** (finite, ``>= 0``, non-null), and
 * ``event``: BOOLEAN, TRUE when the event was observed at ``t`` (e.g. the first token came ``t`` seconds
@@ -26,22 +26,28 @@ caller can then report "at least ``max_censored_t``". With no censoring ``S(t) =
 empirical CDF ``F``, and the KM quantile equals the inverse empirical CDF
 (``numpy.quantile(x, q, method="inverted_cdf")``).
 
-Computation (all in SQL, no rows pulled into Python): rows are first aggregated to one row per
-distinct ``(group, t)`` with counts ``d`` (events) and ``c`` (censorings); one window pass gives the
-number at risk ``n``; a second gives the survival. The product is evaluated in a telescoped form that
-is exact without censoring and never takes ``LN(0)``. With ``m_i = n_i - d_i`` (rows alive just after
-``t_i``, including those censored at ``t_i``) and ``n_{i+1} = m_i - c_i``::
+Computation (all in SQL; no row reaches Python). One hash aggregate reads the source once and keeps,
+per group, the totals and the group's rows as a list sorted by time descending, so that a row's list
+index is its descending rank ``a`` (rows at or after it in time; at a tie censorings sort first, which
+puts events before censorings in time). Over the rows in time order the product telescopes::
 
-    S(t_j) = Π_{i<=j} m_i / n_i = (m_j / N) · Π_{i<j, c_i>0} m_i / (m_i - c_i)
+    S after event row j = Π_{event rows i <= j} (a_i - 1) / a_i
+                        = ((a_j - 1) / N) · Π_{censored rows i before j} a_i / (a_i - 1)
 
-where ``N`` is the group's row count; the remaining product (over censorings only, every factor
-``> 1`` and finite) is a window ``SUM`` of logarithms. Without censoring it is exactly 1, so
-``S(t_j) = m_j / N`` is one correctly rounded division; ``d = n`` simply gives ``m = 0``, ``S = 0``.
+(``N`` rows in the group; tied events multiply out to ``(n_u - d_u) / n_u``). The censoring factor is
+a window ``SUM`` of ``LN(a / (a - 1))`` over the censored rows only (each factor finite, ``a >= 2``;
+no ``LN(0)``: ``d = n`` simply gives ``a_j - 1 = 0``). Between two censored rows it is constant, so
+``S`` is linear in ``a`` there and the first event row with ``S <= 1 - q`` is found by arithmetic and
+read from the sorted list by index. Without censoring the factor is exactly 1 and
+``S = (a_j - 1) / N`` is one correctly rounded division, so the result is the inverse empirical CDF.
+Cost: one sort of the rows per group plus a window over the censored rows; group keys are never sort
+keys (long string keys make DuckDB's sorts slow).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from decimal import Decimal
 
@@ -53,6 +59,7 @@ __all__ = ["KM_TOLERANCE", "km_quantiles", "km_quantiles_sql", "quantile_label"]
 KM_TOLERANCE = 1e-12
 """Slack in ``S(t) <= 1 - q + KM_TOLERANCE``: absorbs float rounding of the survival product."""
 
+_NAME = re.compile(r'(?:[A-Za-z_][A-Za-z0-9_]*|"(?:[^"]|"")+")(?:\.(?:[A-Za-z_][A-Za-z0-9_]*|"(?:[^"]|"")+"))*')
 _RESERVED = frozenset({"t", "event", "n", "n_events", "n_censored", "max_censored_t"})
 
 
@@ -83,13 +90,9 @@ def _double(value: float) -> str:
     return f"CAST('{value!r}' AS DOUBLE)"
 
 
-def _null_safe_on(left: str, right: str, groups: Sequence[str]) -> str:
-    return " AND ".join(f"{left}.{g} IS NOT DISTINCT FROM {right}.{g}" for g in groups) or "TRUE"
-
-
 def _survival(a: str, n: str, ef: str) -> str:
-    """S just after the event row with descending rank ``a`` (one expression, used everywhere)."""
-    return f"((CAST({a} - 1 AS DOUBLE) / {n}) * {ef})"
+    """S just after the event row of descending rank ``a`` (one expression, used everywhere)."""
+    return f"((CAST(({a}) - 1 AS DOUBLE) / {n}) * {ef})"
 
 
 def km_quantiles_sql(source_sql: str, group_cols: Sequence[str], quantiles: Sequence[float]) -> str:
@@ -97,12 +100,13 @@ def km_quantiles_sql(source_sql: str, group_cols: Sequence[str], quantiles: Sequ
 
     ``source_sql`` yields ``group_cols`` plus ``t`` (DOUBLE seconds, finite, ``>= 0``) and ``event``
     (BOOLEAN: TRUE observed at ``t``, FALSE right-censored at ``t``); see the module docstring for the
-    estimator. It is inlined once as ``FROM (source_sql)``, so it may contain ``?`` parameters.
+    estimator. ``source_sql`` is a query or a table/view name; it appears once in the SQL and is read
+    once, so it may contain ``?`` parameters and need not be deterministic.
 
     The query returns one row per group, ordered by the group columns (exactly one row when
     ``group_cols`` is empty, even for an empty source), with columns:
 
-    * the group columns (a NULL group value is a group of its own);
+    * the group columns (NULL is a group value like any other);
     * ``n`` (BIGINT rows), ``n_events`` (BIGINT), ``n_censored`` (BIGINT);
     * one DOUBLE column per quantile, named by :func:`quantile_label`, in seconds: the KM quantile,
       NULL when the survival curve never falls to ``1 - q``;
@@ -125,116 +129,113 @@ def km_quantiles_sql(source_sql: str, group_cols: Sequence[str], quantiles: Sequ
     if len(set(groups)) != len(groups):
         raise ValueError(f"repeated group column: {groups!r}")
 
+    source = source_sql.strip() if _NAME.fullmatch(source_sql.strip()) else f"({source_sql})"
     gq = [_quote(g) for g in groups]
-
-    def sel(alias: str = "") -> str:  # "g1, g2, " (possibly qualified), or ""
-        prefix = f"{alias}." if alias else ""
-        return "".join(f"{prefix}{g}, " for g in gq)
-
-    part = f"PARTITION BY {', '.join(gq)} " if gq else ""
+    gsel = "".join(f"{g}, " for g in gq)
     group_by = f"GROUP BY {', '.join(gq)}" if gq else ""
-    group_by_s = f"GROUP BY {', '.join(f's.{g}' for g in gq)}" if gq else ""
-    order_by = f"ORDER BY {', '.join(f'tot.{g}' for g in gq)}" if gq else ""
+    order_by = f"ORDER BY {', '.join(f'agg.{g}' for g in gq)}" if gq else ""
     message = "km_quantiles: every t must be finite, non-null and >= 0, and every event non-null"
-
-    # _km_w: every row with its descending rank a (a = rows at or after it in time order; at a tie,
-    # events come before censorings, so a censored row at t is still at risk for the events at t).
-    # _km_tot: per-group totals. Row-level form of the product: over rows in time order,
-    # S after event row j = Π_{event rows i<=j} (a_i - 1) / a_i = ((a_j - 1) / N) · Π_{censored i<j} a_i/(a_i-1)
-    # (ties of events telescope into (n_u - d_u) / n_u). Between two censored rows the censoring factor
-    # E is constant, so each such segment of event rows is a linear piece of S and the first row with
-    # S <= 1 - q is found by arithmetic; only the censored rows need a second window.
-    head = f"""WITH _km_w AS MATERIALIZED (
-  SELECT {sel()}_km_t, _km_e,
-    ROW_NUMBER() OVER ({part}ORDER BY _km_t DESC, _km_e) AS _km_a
+    bad = "_km_t IS NULL OR NOT isfinite(_km_t) OR _km_t < 0 OR _km_e IS NULL"
+    # One row per group: totals, and (only if quantiles are wanted) every row of the group as a list
+    # sorted by time descending, so that the list index of a row is its descending rank a = number of
+    # rows at or after it in time. At a tie, censorings come first in this order (events before
+    # censorings in time order), so a row censored at t is still at risk for the events at t.
+    rows_list = (
+        ",\n      list(struct_pack(t := _km_t, e := _km_e) ORDER BY _km_t DESC, _km_e) AS _km_rows" if qs else ""
+    )
+    head = f"""WITH _km_agg AS MATERIALIZED (
+  SELECT ROW_NUMBER() OVER () AS _km_gid, *
   FROM (
-    SELECT {sel()}CAST(t AS DOUBLE) AS _km_t, CAST(event AS BOOLEAN) AS _km_e
-    FROM ({source_sql}) AS _km_source
-  ) AS _km_typed
-),
-_km_tot AS (
-  SELECT {sel()}COUNT(*) AS _km_n,
-    COUNT(*) FILTER (WHERE _km_e) AS _km_ne,
-    COUNT(*) FILTER (WHERE NOT _km_e) AS _km_nc,
-    MAX(_km_t) FILTER (WHERE NOT _km_e) AS _km_maxc,
-    COALESCE(MAX(_km_a) FILTER (WHERE NOT _km_e), 0) AS _km_a1,
-    COALESCE(bool_or(_km_t IS NULL OR NOT isfinite(_km_t) OR _km_t < 0 OR _km_e IS NULL), FALSE) AS _km_bad
-  FROM _km_w
-  {group_by}
+    SELECT {gsel}COUNT(*) AS _km_n,
+      COUNT(*) FILTER (WHERE _km_e) AS _km_ne,
+      COUNT(*) FILTER (WHERE NOT _km_e) AS _km_nc,
+      MAX(_km_t) FILTER (WHERE NOT _km_e) AS _km_maxc,
+      COALESCE(bool_or({bad}), FALSE) AS _km_bad{rows_list}
+    FROM (
+      SELECT {gsel}CAST(t AS DOUBLE) AS _km_t, CAST(event AS BOOLEAN) AS _km_e
+      FROM {source} AS _km_source
+    ) AS _km_typed
+    {group_by}
+  ) AS _km_grouped
 )"""
+    tail = f"""SELECT {"".join(f"agg.{g}, " for g in gq)}
+  CASE WHEN agg._km_bad THEN error('{message}') ELSE agg._km_n END AS n,
+  agg._km_ne AS n_events, agg._km_nc AS n_censored,"""
     if not qs:
         return f"""{head}
-SELECT {sel("tot")}
-  CASE WHEN tot._km_bad THEN error('{message}') ELSE tot._km_n END AS n,
-  tot._km_ne AS n_events, tot._km_nc AS n_censored, tot._km_maxc AS max_censored_t
-FROM _km_tot AS tot
+{tail}
+  agg._km_maxc AS max_censored_t
+FROM _km_agg AS agg
 {order_by}"""
 
+    # Row-level form of the product. Over the rows in time order, with a_i the descending rank,
+    #   S after event row j = Π_{event rows i <= j} (a_i - 1) / a_i
+    #                       = ((a_j - 1) / N) · Π_{censored rows i before j} a_i / (a_i - 1)
+    # (tied events telescope into (n_u - d_u) / n_u). Between two consecutive censored rows the factor
+    # E = Π a_i / (a_i - 1) is constant: the event rows there form a segment a in [lo, hi] on which S
+    # is (a - 1) / N · E, so the first row with S <= 1 - q is found by arithmetic. Only the censored
+    # rows (plus one sentinel per group at a = N + 1, which opens the first segment) need a window.
     thresholds = [_double((1.0 - q) + KM_TOLERANCE) for q in qs]
     picks = "".join(
         f""",
-    arg_max(struct_pack(lo := s._km_lo, hi := s._km_hi, ef := s._km_ef), s._km_hi)
-      FILTER (WHERE s._km_lo <= s._km_hi AND {_survival("s._km_lo", "tot._km_n", "s._km_ef")} <= {thr})
-      AS _km_s{i}"""
+    arg_max(struct_pack(lo := _km_lo, hi := _km_hi, ef := _km_ef), _km_hi)
+      FILTER (WHERE _km_lo <= _km_hi AND {_survival("_km_lo", "_km_n", "_km_ef")} <= {thr}) AS _km_s{i}"""
         for i, thr in enumerate(thresholds)
     )
-    targets = "\n  UNION ALL\n".join(
-        f"""  SELECT {sel()}{i} AS _km_q,
-    CASE WHEN c < hi AND {_survival("c + 1", "n", "ef")} <= {thr} THEN c + 1
-      WHEN {_survival("c", "n", "ef")} <= {thr} THEN c
-      WHEN c > lo AND {_survival("c - 1", "n", "ef")} <= {thr} THEN c - 1
-      ELSE lo END AS _km_a
-  FROM (
-    SELECT {sel()}n, lo, hi, ef,
-      LEAST(GREATEST(CAST(FLOOR({thr} * n / ef) AS BIGINT) + 1, lo), hi) AS c
-    FROM (
-      SELECT {sel()}_km_n AS n, _km_s{i}['lo'] AS lo, _km_s{i}['hi'] AS hi, _km_s{i}['ef'] AS ef
-      FROM _km_pick WHERE _km_s{i} IS NOT NULL
-    ) AS _km_p
-  ) AS _km_c"""
-        for i, thr in enumerate(thresholds)
+    q_index = ", ".join(str(i) for i in range(len(qs)))
+    q_thr = ", ".join(thresholds)
+    q_pick = ", ".join(f"_km_s{i}" for i in range(len(qs)))
+    quantile_out = "".join(
+        f"\n  (agg._km_rows[tg._km_targets[{i + 1}]]).t AS {_quote(label)}," for i, label in enumerate(labels)
     )
-    quantile_cols = "".join(
-        f"{',' if i else ''}\n    MIN(_km_t) FILTER (WHERE _km_q = {i}) AS {_quote(label)}"
-        for i, label in enumerate(labels)
-    )
-    quantile_out = "".join(f"qs.{_quote(label)}, " for label in labels)
     return f"""{head},
 _km_cens AS (
-  SELECT {sel()}_km_a,
-    LEAD(_km_a, 1, 0) OVER ({part}ORDER BY _km_a DESC) AS _km_next,
-    SUM(CASE WHEN _km_a > 1 THEN LN(CAST(_km_a AS DOUBLE) / (_km_a - 1)) ELSE 0 END)
-      OVER ({part}ORDER BY _km_a DESC ROWS UNBOUNDED PRECEDING) AS _km_f
-  FROM _km_w
-  WHERE NOT _km_e
-),
-_km_seg AS (
-  SELECT {sel()}_km_next + 1 AS _km_lo, _km_a - 1 AS _km_hi, EXP(_km_f) AS _km_ef FROM _km_cens
-  UNION ALL
-  SELECT {sel()}_km_a1 + 1 AS _km_lo, _km_n AS _km_hi, CAST(1 AS DOUBLE) AS _km_ef FROM _km_tot
+  SELECT _km_gid, _km_n, _km_a,
+    LEAD(_km_a, 1, 0) OVER (PARTITION BY _km_gid ORDER BY _km_a DESC) AS _km_next,
+    SUM(CASE WHEN _km_a > 1 AND _km_a <= _km_n THEN LN(CAST(_km_a AS DOUBLE) / (_km_a - 1)) ELSE 0 END)
+      OVER (PARTITION BY _km_gid ORDER BY _km_a DESC ROWS UNBOUNDED PRECEDING) AS _km_f
+  FROM (
+    SELECT _km_gid, _km_n, _km_a
+    FROM (
+      SELECT _km_gid, _km_n, UNNEST(_km_rows) AS _km_x, generate_subscripts(_km_rows, 1) AS _km_a
+      FROM _km_agg
+    ) AS _km_all
+    WHERE NOT _km_x.e
+    UNION ALL
+    SELECT _km_gid, _km_n, _km_n + 1 AS _km_a FROM _km_agg
+  ) AS _km_c
 ),
 _km_pick AS (
-  SELECT {sel("s")}ANY_VALUE(tot._km_n) AS _km_n{picks}
-  FROM _km_seg AS s JOIN _km_tot AS tot ON {_null_safe_on("s", "tot", gq)}
-  {group_by_s}
+  SELECT _km_gid, ANY_VALUE(_km_n) AS _km_n{picks}
+  FROM (
+    SELECT _km_gid, _km_n, _km_next + 1 AS _km_lo, _km_a - 1 AS _km_hi, EXP(_km_f) AS _km_ef FROM _km_cens
+  ) AS _km_seg
+  GROUP BY _km_gid
 ),
-_km_target AS (
-{targets}
+_km_guess AS (
+  SELECT _km_gid, _km_q, n, thr, seg['lo'] AS lo, seg['hi'] AS hi, seg['ef'] AS ef,
+    LEAST(GREATEST(CAST(FLOOR(thr * n / seg['ef']) AS BIGINT) + 1, seg['lo']), seg['hi']) AS c
+  FROM (
+    SELECT _km_gid, _km_n AS n,
+      UNNEST([{q_index}]) AS _km_q, UNNEST([{q_thr}]) AS thr, UNNEST([{q_pick}]) AS seg
+    FROM _km_pick
+  ) AS _km_unpivot
 ),
-_km_hit AS (
-  SELECT {sel("p")}p._km_q, w._km_t
-  FROM _km_target AS p JOIN _km_w AS w ON {_null_safe_on("p", "w", gq)} AND w._km_a = p._km_a
-),
-_km_qs AS (
-  SELECT {sel()}{quantile_cols}
-  FROM _km_hit
-  {group_by}
+_km_tg AS (
+  SELECT _km_gid,
+    list(
+      CASE WHEN c < hi AND {_survival("c + 1", "n", "ef")} <= thr THEN c + 1
+        WHEN {_survival("c", "n", "ef")} <= thr THEN c
+        WHEN c > lo AND {_survival("c - 1", "n", "ef")} <= thr THEN c - 1
+        ELSE lo END
+      ORDER BY _km_q
+    ) AS _km_targets
+  FROM _km_guess
+  GROUP BY _km_gid
 )
-SELECT {sel("tot")}
-  CASE WHEN tot._km_bad THEN error('{message}') ELSE tot._km_n END AS n,
-  tot._km_ne AS n_events, tot._km_nc AS n_censored,
-  {quantile_out}tot._km_maxc AS max_censored_t
-FROM _km_tot AS tot LEFT JOIN _km_qs AS qs ON {_null_safe_on("tot", "qs", gq)}
+{tail}{quantile_out}
+  agg._km_maxc AS max_censored_t
+FROM _km_agg AS agg LEFT JOIN _km_tg AS tg ON agg._km_gid = tg._km_gid
 {order_by}"""
 
 
@@ -251,4 +252,5 @@ def km_quantiles(
     """
     query = km_quantiles_sql(source_sql, group_cols, quantiles)
     rel = con.sql(query, params=list(params)) if params is not None else con.sql(query)
-    return rel.pl()
+    frame: pl.DataFrame = rel.pl()
+    return frame

@@ -28,7 +28,10 @@ from llmslo.analysis import (
     build_report,
     parse_duration,
 )
+from llmslo.cli._import import import_command
 from llmslo.cli._render import render_report, report_csv
+from llmslo.cli._scrape import scrape_command
+from llmslo.cli._traces import trace_command
 from llmslo.telemetry import COLUMNS, FINISH_REASONS, LlmsloError
 
 app = typer.Typer(
@@ -320,6 +323,11 @@ def demo(
     spec = ReportSpec(_policy(ttft, tpot, None, window, "stop,length", False), by=_by(by))
     _print_report(db, spec, as_json, False)
     say.print(f"store: {db} (explore it: llmslo report --db {db} --by model --window 1m)")
+
+
+app.command("import")(import_command)
+app.command("scrape")(scrape_command)
+app.command("trace")(trace_command)
 
 
 def _version(value: bool) -> None:

@@ -15,7 +15,7 @@ def _sh_blocks(text: str) -> list[str]:
 def test_ci_runs_exactly_the_readme_test_command() -> None:
     blocks = _sh_blocks((ROOT / "README.md").read_text())
     test_command = blocks[1]
-    assert test_command.endswith(".ci/check")
+    assert test_command.endswith(".ci/check") and ".ci/setup" in test_command
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert test_command in ci
 

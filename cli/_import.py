@@ -1,0 +1,154 @@
+"""``llmslo import KIND FILES... --db PATH``: other tools' outputs into the request-summary store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from llmslo.analysis import IngestReport, Store
+from llmslo.analysis._import_registry import (
+    ImportOptions,
+    ImportReport,
+    detect_kind,
+    importer_for,
+)
+from llmslo.telemetry import LlmsloError
+
+_err = Console(stderr=True)
+
+
+def _console() -> Console:
+    out = Console()
+    return out if out.is_terminal else Console(width=150)
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    _err.print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _meta_value(report: ImportReport) -> str:
+    return json.dumps({k: v for k, v in report.to_dict().items() if k != "conversions"})
+
+
+def _row(report: ImportReport, ingest: IngestReport | None) -> dict[str, Any]:
+    out = report.to_dict()
+    out["rows_inserted"] = ingest.rows_inserted if ingest else None
+    out["rows_already_stored"] = ingest.rows_already_stored if ingest else None
+    return out
+
+
+def _print(rows: list[dict[str, Any]], total: int | None, db: Path) -> None:
+    out = _console()
+    t = Table(title="Import", title_justify="left")
+    for col in ("file", "kind", "read", "imported", "inserted", "already stored", "finish reasons", "arrivals"):
+        t.add_column(col, justify="left" if col in ("file", "kind", "finish reasons", "arrivals") else "right")
+    for r in rows:
+        reasons = ", ".join(f"{k} {v:,}" for k, v in r["finish_reasons"].items()) or "-"
+        t.add_row(escape(r["source"]), escape(r["kind"]), f"{r['rows_read']:,}", f"{r['rows_imported']:,}",
+                  "-" if r["rows_inserted"] is None else f"{r['rows_inserted']:,}",
+                  "-" if r["rows_already_stored"] is None else f"{r['rows_already_stored']:,}",
+                  escape(reasons), "yes" if r["arrivals_available"] else "[yellow]none[/yellow]")
+    out.print(t)
+    for r in rows:
+        out.print(f"\n[bold]{escape(r['source'])}[/bold] ({escape(r['tool'])})", highlight=False)
+        out.print("  conversions:", highlight=False)
+        for sentence in r["conversions"]:
+            out.print(f"   - {escape(sentence)}", highlight=False, soft_wrap=True)
+        missing = ", ".join(r["missing_fields"]) or "nothing"
+        out.print(f"  not in the file: {escape(missing)}", highlight=False, soft_wrap=True)
+        out.print(f"  arrivals: {escape(r['arrival_note'])}", highlight=False, soft_wrap=True)
+        if r["rows_read"] != r["rows_imported"]:
+            out.print(f"  [yellow]{r['rows_read'] - r['rows_imported']:,} record(s) read but not imported "
+                      "(see the conversions)[/yellow]", highlight=False)
+    no_arrivals = [r["source"] for r in rows if not r["arrivals_available"]]
+    if no_arrivals:
+        _err.print(
+            "[yellow]warning:[/yellow] " + escape(
+                f"no request start times in {', '.join(no_arrivals)}: `llmslo report` windows, per-second rates "
+                "(request and token goodput per second) and in-flight counts from these rows are meaningless; "
+                "goodput fractions, counts and latency quantiles are sound."), highlight=False, soft_wrap=True)
+    if total is not None:
+        out.print(escape(f"\nstore {db}: {total:,} request summaries (report them: llmslo report --db {db} "
+                         "--by model,finish_reason)"), highlight=False)
+
+
+def import_command(
+    kind: Annotated[str, typer.Argument(
+        help="What the files are: vllm-bench, llmperf, genai-perf, guidellm (or another registered kind), "
+        "or auto to recognise each file from its content.", show_default=False)],
+    files: Annotated[list[Path], typer.Argument(help="Files to import.", show_default=False)],
+    db: Annotated[Path, typer.Option("--db", help="DuckDB store file (created if missing).", show_default=False)],
+    model: Annotated[str | None, typer.Option(
+        "--model", help="Model name for every imported row (default: the name the file records, else the file "
+        "name).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (for scripts).")] = False,
+) -> None:
+    """Import other tools' benchmark results as request summaries, converted to llmslo's definitions.
+
+    Each file is converted (TTFT, TPOT, e2e, finish reasons and token counts mapped to the definitions llmslo
+    prints beside every figure), validated like `llmslo ingest`, and loaded; a malformed file names the
+    record and field and nothing is imported. A short report per file lists rows read and imported, every
+    conversion applied and what the file does not record. Times are the tool's client-side measurements.
+    Re-importing a file adds nothing (request ids come from the file name and the record's position).
+
+    Kinds: vllm-bench (vLLM benchmark_serving.py / vllm bench serve JSON saved with --save-detailed),
+    llmperf (LLMPerf individual responses), genai-perf (GenAI-Perf profile_export.json or AIPerf
+    profile_export.jsonl), guidellm (guidellm benchmarks.json), other registered kinds, and auto.
+
+    Example: llmslo import llmperf results/*_individual_responses.json --db bench.duckdb
+    """
+    options = ImportOptions(model=model)
+    try:
+        if kind != "auto":
+            importer_for(kind)
+        missing = [str(f) for f in files if not f.is_file()]
+        if missing:
+            raise _fail(f"no such file: {', '.join(missing)}", 2)
+        by_file = [(f, detect_kind(f) if kind == "auto" else kind) for f in files]
+    except typer.Exit:
+        raise
+    except LlmsloError as exc:
+        raise _fail(str(exc), 2) from None
+
+    converted: list[tuple[Path, Any, ImportReport]] = []
+    run_groups: dict[str, list[Path]] = {}
+    try:
+        for f, k in by_file:  # convert everything first: a malformed file stops the import before any write
+            importer = importer_for(k)
+            if importer.convert is not None:
+                frame, report = importer.convert(f, options)
+                converted.append((f, frame, report))
+            else:
+                run_groups.setdefault(k, []).append(f)
+    except LlmsloError as exc:
+        raise _fail(str(exc)) from None
+
+    rows: list[dict[str, Any]] = []
+    total: int | None = None
+    try:
+        if converted:
+            with Store.open(db) as store:
+                for f, frame, report in converted:
+                    ingest = store.ingest_frame(frame, source=str(f))
+                    store.set_meta(f"import:{f.name}", _meta_value(report))
+                    rows.append(_row(report, ingest))
+                total = store.count()
+        for k, group in run_groups.items():
+            runner = importer_for(k).run
+            assert runner is not None
+            rows.extend(_row(report, None) for report in runner(group, db, options))
+    except LlmsloError as exc:
+        raise _fail(str(exc)) from None
+
+    if as_json:
+        print(json.dumps({"files": rows, "store_rows": total}, indent=2))
+        return
+    _print(rows, total, db)
+
