@@ -31,6 +31,7 @@ from llmslo.analysis import (
 from llmslo.cli._import import import_command
 from llmslo.cli._render import render_report, report_csv
 from llmslo.cli._scrape import scrape_command
+from llmslo.cli._telemetry import stream_sim_command
 from llmslo.cli._traces import trace_command
 from llmslo.telemetry import COLUMNS, FINISH_REASONS, LlmsloError
 
@@ -328,6 +329,7 @@ def demo(
 app.command("import")(import_command)
 app.command("scrape")(scrape_command)
 app.command("trace")(trace_command)
+app.command("stream-sim")(stream_sim_command)
 
 
 def _version(value: bool) -> None:

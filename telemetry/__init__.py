@@ -1,10 +1,50 @@
-"""What an LLM server imports: the request-summary contract (standard library only).
+"""What an LLM server imports: the request lifecycle, bounded streams, metrics, traces and the summary contract.
 
-Importing this package never loads polars, duckdb, scipy, numpy, typer or streamlit.
+Importing this package never loads polars, duckdb, scipy, numpy, typer or streamlit (the summary sink's
+DuckDB and Parquet writers import theirs when they start; tracing imports OpenTelemetry when configured).
 """
 
 from llmslo.telemetry._buckets import DEFAULT_BUCKETS_S
 from llmslo.telemetry._errors import ConfigurationError, LlmsloError
+from llmslo.telemetry._exposition import MetricsServer, metrics_app, render_metrics
+from llmslo.telemetry._guard import Guard
+from llmslo.telemetry._labels import FORBIDDEN_LABELS, LabelPolicy
+from llmslo.telemetry._lifecycle import RequestScope, RequestTracker, Telemetry, current_tracker
+from llmslo.telemetry._metrics import TelemetryMetrics
+from llmslo.telemetry._gpu import GpuSample, GpuSampler, SampleSink
+from llmslo.telemetry._names import (
+    BREAKER_STATES,
+    LABELS,
+    METRICS,
+    METRICS_BY_KEY,
+    METRICS_BY_NAME,
+    OBSERVATION_DROP_REASONS,
+    OVERFLOW_VALUE,
+    RECORDING_RULES,
+    SLO_BUDGET_REMAINING,
+    SLO_ERROR_RATIO,
+    SLO_LABELS,
+    SLO_OBJECTIVE,
+    SUMMARY_DROP_REASONS,
+    TARGET_LABELS,
+    VERSION_ERROR_RATIO,
+    VERSION_TTFT_P95,
+    Label,
+    Metric,
+    MetricType,
+    RecordingRule,
+)
+from llmslo.telemetry._policy import SloPolicy
+from llmslo.telemetry._sink import DuckDBWriter, JsonlWriter, SummarySink, SummaryWriter
+from llmslo.telemetry._streams import (
+    SendQueue,
+    StreamClosed,
+    StreamPolicy,
+    StreamSimulation,
+    StreamTick,
+    TerminalRecord,
+    simulate_stream,
+)
 from llmslo.telemetry._summary import (
     COLUMN_NAMES,
     COLUMNS,
@@ -28,26 +68,72 @@ from llmslo.telemetry._summary import (
 )
 
 __all__ = [
+    "BREAKER_STATES",
     "COLUMNS",
     "COLUMNS_BY_NAME",
     "COLUMN_NAMES",
     "COUNT_COLUMNS",
-    "DECODE_SQL",
-    "DEFAULT_BUCKETS_S",
-    "FINISH_REASONS",
-    "INTERVAL_COLUMNS",
-    "REJECT_REASONS",
-    "RULES",
-    "SCHEMA_VERSION",
-    "TOKEN_COUNT_COLUMNS",
-    "TPOT_SQL",
     "Column",
     "ConfigurationError",
+    "DECODE_SQL",
+    "DEFAULT_BUCKETS_S",
+    "DuckDBWriter",
+    "FINISH_REASONS",
+    "FORBIDDEN_LABELS",
     "FinishReason",
+    "GpuSample",
+    "GpuSampler",
+    "Guard",
+    "INTERVAL_COLUMNS",
+    "JsonlWriter",
+    "LABELS",
+    "Label",
+    "LabelPolicy",
     "LlmsloError",
+    "METRICS",
+    "METRICS_BY_KEY",
+    "METRICS_BY_NAME",
+    "Metric",
+    "MetricType",
+    "MetricsServer",
+    "OBSERVATION_DROP_REASONS",
+    "OVERFLOW_VALUE",
+    "RECORDING_RULES",
+    "REJECT_REASONS",
+    "RULES",
+    "RecordingRule",
     "RejectReason",
+    "RequestScope",
+    "RequestTracker",
     "Rule",
+    "SCHEMA_VERSION",
+    "SLO_BUDGET_REMAINING",
+    "SLO_ERROR_RATIO",
+    "SLO_LABELS",
+    "SLO_OBJECTIVE",
+    "SUMMARY_DROP_REASONS",
+    "SampleSink",
+    "SendQueue",
+    "SloPolicy",
+    "StreamClosed",
+    "StreamPolicy",
+    "StreamSimulation",
+    "StreamTick",
+    "SummarySink",
+    "SummaryWriter",
+    "TARGET_LABELS",
+    "TOKEN_COUNT_COLUMNS",
+    "TPOT_SQL",
+    "Telemetry",
+    "TelemetryMetrics",
+    "TerminalRecord",
+    "VERSION_ERROR_RATIO",
+    "VERSION_TTFT_P95",
     "Violation",
+    "current_tracker",
+    "metrics_app",
+    "render_metrics",
+    "simulate_stream",
     "tpot_s",
     "validate_summary",
 ]

@@ -1,0 +1,604 @@
+"""The request lifecycle: one tracker per request, exactly one terminal state, cleanup exactly once.
+
+A server creates a :class:`Telemetry` once and a :class:`RequestTracker` per request (directly, with the
+``request()`` context manager or the ``instrument()`` decorator). The tracker records monotonic
+timestamps (nanoseconds, ``time.monotonic_ns`` unless injected): arrival, admitted, scheduled, every token
+commit, and the terminal state. Several finish signals may race (deadline, client cancel, backend error,
+drain) from threads or asyncio tasks: the first to commit under the tracker's lock wins, every later one
+is a no-op counted by reason. The winner releases the registered resources in reverse order (each once,
+even when one raises), then emits one request summary, updates the metrics and ends the trace span.
+
+Every entry point is guarded: an exception inside llmslo is caught, counted and logged (rate-limited),
+never raised into the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import functools
+import inspect
+import threading
+import time
+import uuid
+from bisect import bisect_right
+from collections.abc import Callable, Mapping, Sequence
+from operator import sub
+from typing import Any, ParamSpec, Protocol, TypeVar
+
+from prometheus_client import CollectorRegistry
+
+from llmslo.telemetry import _names as N
+from llmslo.telemetry._errors import ConfigurationError
+from llmslo.telemetry._guard import Guard
+from llmslo.telemetry._labels import LabelPolicy
+from llmslo.telemetry._metrics import TelemetryMetrics, exemplar_labels
+from llmslo.telemetry._policy import SloPolicy
+from llmslo.telemetry._summary import FINISH_REASONS, REJECT_REASONS, tpot_s
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+SummaryRow = dict[str, object]
+Sink = Callable[[SummaryRow], object]
+
+_CURRENT: contextvars.ContextVar[RequestTracker | None] = contextvars.ContextVar("llmslo_tracker", default=None)
+
+
+def current_tracker() -> RequestTracker | None:
+    """The tracker of the request handled in this context (set by ``request()`` and ``instrument()``)."""
+    return _CURRENT.get()
+
+
+class Tracing(Protocol):
+    """What the lifecycle needs from a tracer (see :class:`llmslo.telemetry.RequestTracing`)."""
+
+    def start_request(self, tracker: RequestTracker) -> object: ...
+
+    def trace_id(self, span: object) -> str | None: ...
+
+    def end_request(self, span: object, tracker: RequestTracker, row: Mapping[str, object],
+                    tpot: float | None) -> None: ...
+
+
+class Telemetry:
+    """The telemetry of one server process: configuration, metrics, summary sink, tracing.
+
+    Parameters (all keyword-only):
+
+    - ``registry``: the prometheus-client registry to expose the metrics on (a fresh one when ``None``).
+    - ``buckets``: bucket bounds in seconds per interval, overriding the defaults.
+    - ``labels``: a :class:`LabelPolicy` bounding label values.
+    - ``policies``: the goodput policies (:class:`SloPolicy`), one per SLO class; the first is the default.
+    - ``sink``: a callable receiving each request summary (a dict), e.g. a :class:`SummarySink`.
+    - ``tracing``: a tracer (e.g. :class:`RequestTracing`) or ``None``.
+    - ``version``: the server or model version recorded in every summary.
+    - ``record_itl``: also put the token-weighted ITL gaps (seconds) into each summary's ``itl_s``.
+    - ``clock_ns`` (monotonic nanoseconds) and ``clock_unix_s`` (wall-clock seconds): injectable clocks.
+
+    Raises :class:`ConfigurationError` naming the field for an invalid configuration.
+
+    Example::
+
+        tel = Telemetry(policies=[SloPolicy(ttft_s=2.0, tpot_s=0.1)], version="v1")
+        t = tel.start("req-1", model="llama", prompt_tokens=42)
+        t.admit(); t.schedule()
+        for _ in range(3):
+            t.commit(); t.send()
+        t.finish("stop")
+    """
+
+    def __init__(self, *, registry: CollectorRegistry | None = None,
+                 buckets: Mapping[str, Sequence[float]] | None = None,
+                 labels: LabelPolicy | None = None,
+                 policies: Sequence[SloPolicy] = (SloPolicy(),),
+                 sink: Sink | None = None,
+                 tracing: Tracing | None = None,
+                 version: str = "unknown",
+                 record_itl: bool = False,
+                 clock_ns: Callable[[], int] = time.monotonic_ns,
+                 clock_unix_s: Callable[[], float] = time.time,
+                 guard: Guard | None = None) -> None:
+        if isinstance(policies, SloPolicy):
+            policies = (policies,)
+        if not policies:
+            raise ConfigurationError("Telemetry.policies: needs at least one SloPolicy")
+        for p in policies:
+            if not isinstance(p, SloPolicy):
+                raise ConfigurationError(f"Telemetry.policies: expected SloPolicy objects, got {p!r}")
+        names = [p.name for p in policies]
+        if len(set(names)) != len(names):
+            raise ConfigurationError(f"Telemetry.policies: policy names must be unique, got {names}")
+        if not isinstance(version, str) or not version:
+            raise ConfigurationError("Telemetry.version: must be a non-empty string")
+        if sink is not None and not callable(sink):
+            raise ConfigurationError("Telemetry.sink: must be callable with one summary dict")
+        self.policies: dict[str, SloPolicy] = {p.name: p for p in policies}
+        self.default_policy = policies[0]
+        self.metrics = TelemetryMetrics(registry=registry, buckets=buckets, labels=labels, policies=policies,
+                                        clock_unix_s=clock_unix_s)
+        self.registry = self.metrics.registry
+        self.sink = sink
+        self.tracing = tracing
+        self.version = version
+        self.record_itl = record_itl
+        self.clock_ns = clock_ns
+        self.clock_unix_s = clock_unix_s
+        self.guard = guard if guard is not None else Guard()
+        self.guard.on_error = lambda site: self.metrics.count(N.INTERNAL_ERRORS.key)
+        self.guard.on_drop = lambda reason: self.metrics.count(N.OBSERVATIONS_DROPPED.key, {"reason": reason})
+        self._live: dict[int, RequestTracker] = {}
+        self._live_lock = threading.Lock()
+        self._draining = False
+
+    # ---- requests ----------------------------------------------------------------------------------------
+
+    def start(self, request_id: str, *, model: str, version: str | None = None, tenant_class: str = "default",
+              prompt_tokens: int = 0, slo_class: str | None = None) -> RequestTracker:
+        """A tracker for a request that arrives now. Never raises (a bad argument is recorded as an error)."""
+        return RequestTracker(self, request_id, model, version or self.version, tenant_class, prompt_tokens,
+                              slo_class)
+
+    def request(self, request_id: str | None = None, *, model: str, version: str | None = None,
+                tenant_class: str = "default", prompt_tokens: int = 0, slo_class: str | None = None,
+                admit: bool = True) -> RequestScope:
+        """A context manager (``with`` or ``async with``) tracking one request.
+
+        On a normal exit the request finishes ``stop`` (unless already finished); on cancellation
+        (``asyncio.CancelledError``, ``GeneratorExit``) ``client_cancel``; on an exception ``error`` with the
+        exception's class name as ``error_type``. The exception is never swallowed.
+
+        Example::
+
+            async with tel.request("req-1", model="llama") as t:
+                async for token in engine.generate(prompt):
+                    t.commit(); await send(token); t.send()
+        """
+        rid = request_id if request_id is not None else uuid.uuid4().hex
+        return RequestScope(self, dict(request_id=rid, model=model, version=version, tenant_class=tenant_class,
+                                       prompt_tokens=prompt_tokens, slo_class=slo_class), admit)
+
+    def instrument(self, *, model: str, request_id: Callable[..., str] | None = None,
+                   tenant_class: str = "default", slo_class: str | None = None
+                   ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Decorate a (sync or async) handler so each call runs inside ``request()``.
+
+        ``request_id`` computes the id from the handler's arguments (a random id when ``None``). Inside,
+        :func:`current_tracker` gives the tracker.
+        """
+        def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+            def rid(*args: Any, **kwargs: Any) -> str | None:
+                if request_id is None:
+                    return None
+                try:
+                    return str(request_id(*args, **kwargs))
+                except Exception as exc:
+                    self.guard.error("instrument.request_id", exc)
+                    return None
+
+            if inspect.iscoroutinefunction(fn):
+                @functools.wraps(fn)
+                async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+                    async with self.request(rid(*args, **kwargs), model=model, tenant_class=tenant_class,
+                                            slo_class=slo_class):
+                        return await fn(*args, **kwargs)
+                return async_wrapper  # type: ignore[return-value]
+
+            @functools.wraps(fn)
+            def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+                with self.request(rid(*args, **kwargs), model=model, tenant_class=tenant_class,
+                                  slo_class=slo_class):
+                    return fn(*args, **kwargs)
+            return wrapper
+
+        return decorate
+
+    # ---- server state ------------------------------------------------------------------------------------
+
+    @property
+    def draining(self) -> bool:
+        """Whether the server drains (new requests should be rejected with ``draining``)."""
+        return self._draining
+
+    def begin_drain(self) -> None:
+        """Mark the server draining (gauge 1); streams ended by their policy then finish ``server_draining``."""
+        self._draining = True
+        self._safe(lambda: self.metrics.gauge_set(N.DRAINING.key, None, 1.0), "begin_drain")
+
+    def end_drain(self) -> None:
+        """Mark the server no longer draining (gauge 0)."""
+        self._draining = False
+        self._safe(lambda: self.metrics.gauge_set(N.DRAINING.key, None, 0.0), "end_drain")
+
+    def in_flight(self) -> list[RequestTracker]:
+        """The trackers not yet at their terminal state."""
+        with self._live_lock:
+            return list(self._live.values())
+
+    def finish_all(self, reason: str = "server_draining") -> int:
+        """Finish every in-flight request with ``reason`` (e.g. when the drain budget is spent); how many won."""
+        return sum(1 for t in self.in_flight() if t.finish(reason))
+
+    def set_queue_capacity(self, model: str, capacity: int) -> None:
+        """Expose the capacity of the bounded request queue of ``model`` (requests)."""
+        self._safe(lambda: self.metrics.gauge_set(N.QUEUE_CAPACITY.key, {"model": model}, capacity), "queue_capacity")
+
+    def set_breaker_state(self, breaker: str, state: str) -> None:
+        """Expose the state (``closed``, ``half_open``, ``open``) of circuit breaker ``breaker``."""
+        self._safe(lambda: self.metrics.set_breaker_state(breaker, state), "breaker_state")
+
+    def _safe(self, fn: Callable[[], object], site: str) -> None:
+        try:
+            fn()
+        except Exception as exc:
+            self.guard.error(site, exc)
+
+
+class RequestScope:
+    """The context manager returned by :meth:`Telemetry.request` (sync and async)."""
+
+    def __init__(self, tel: Telemetry, kwargs: dict[str, Any], admit: bool) -> None:
+        self._tel = tel
+        self._kwargs = kwargs
+        self._admit = admit
+        self._token: contextvars.Token[RequestTracker | None] | None = None
+        self.tracker: RequestTracker | None = None
+
+    def __enter__(self) -> RequestTracker:
+        t = self._tel.start(**self._kwargs)
+        if self._admit:
+            t.admit()
+        self.tracker = t
+        self._token = _CURRENT.set(t)
+        return t
+
+    def __exit__(self, et: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        t = self.tracker
+        if self._token is not None:
+            with contextlib.suppress(ValueError):  # exited in another context (a generator closed elsewhere)
+                _CURRENT.reset(self._token)
+        if t is None:
+            return
+        if et is None:
+            t.finish("stop")
+        elif issubclass(et, (asyncio.CancelledError, GeneratorExit, KeyboardInterrupt)):
+            t.finish("client_cancel")
+        else:
+            t.finish("error", error_type=et.__name__)
+
+    async def __aenter__(self) -> RequestTracker:
+        return self.__enter__()
+
+    async def __aexit__(self, et: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        self.__exit__(et, exc, tb)
+
+
+class RequestTracker:
+    """One request's lifecycle. Create it with :meth:`Telemetry.start`.
+
+    Timestamps are monotonic nanoseconds. ``commit(k)`` is the per-token hot path: it appends one
+    timestamp (a commit of ``k`` tokens adds ``k`` token-weighted ITL samples of ``gap / k`` at the end).
+    After the terminal state, :attr:`summary` holds the request summary and :attr:`ignored` the later
+    finish signals counted by reason.
+    """
+
+    __slots__ = (
+        "_clock", "_ex", "_lock", "_multi", "_resources", "_span", "_tel", "_times", "admitted_ns",
+        "arrival_ns", "arrival_unix_s", "client_ttft_s", "error_type", "finish_ns", "finish_reason", "ignored",
+        "model", "prompt_tokens", "proposed_tokens", "reject_reason", "released", "request_id", "scheduled_ns",
+        "sent_tokens", "slo_class", "stream_max_queued", "stream_paused_ns", "summary", "tenant_class", "version",
+    )
+
+    def __init__(self, tel: Telemetry, request_id: str, model: str, version: str, tenant_class: str,
+                 prompt_tokens: int, slo_class: str | None) -> None:
+        self._tel = tel
+        self._clock = tel.clock_ns
+        self.arrival_ns = self._clock()
+        self.arrival_unix_s = tel.clock_unix_s()
+        self._times: list[int] = []
+        self._multi: dict[int, int] | None = None
+        self._lock = threading.Lock()
+        self._resources: list[tuple[str, Callable[[], object]]] = []
+        self._span: object = None
+        self._ex: dict[str, str] | None = None
+        self.request_id = request_id if isinstance(request_id, str) and request_id else uuid.uuid4().hex
+        self.model = model if isinstance(model, str) and model else "unknown"
+        self.version = version
+        self.tenant_class = tenant_class if isinstance(tenant_class, str) and tenant_class else "default"
+        self.prompt_tokens = prompt_tokens if isinstance(prompt_tokens, int) and prompt_tokens >= 0 else 0
+        self.slo_class = slo_class if slo_class in tel.policies else tel.default_policy.name
+        self.proposed_tokens = 0
+        self.sent_tokens = 0
+        self.admitted_ns: int | None = None
+        self.scheduled_ns: int | None = None
+        self.finish_ns: int | None = None
+        self.finish_reason: str | None = None
+        self.reject_reason: str | None = None
+        self.error_type: str | None = None
+        self.client_ttft_s: float | None = None
+        self.stream_paused_ns = 0
+        self.stream_max_queued = 0
+        self.ignored: dict[str, int] = {}
+        self.released = 0
+        self.summary: SummaryRow | None = None
+        with tel._live_lock:
+            tel._live[id(self)] = self
+        if tel.tracing is not None:
+            try:
+                self._span = tel.tracing.start_request(self)
+            except Exception as exc:
+                tel.guard.error("tracing.start", exc)
+
+    # ---- the hot path --------------------------------------------------------------------------------
+
+    def commit(self, k: int = 1, proposed: int = 0) -> None:
+        """The engine committed ``k`` output tokens now (``proposed``: draft tokens proposed for them)."""
+        self._times.append(self._clock())
+        if k != 1 or proposed:
+            self._commit_more(k, proposed)
+
+    def _commit_more(self, k: int, proposed: int) -> None:
+        if isinstance(proposed, int) and proposed > 0:
+            self.proposed_tokens += proposed
+        if k != 1:
+            if not isinstance(k, int) or k < 1:
+                self._times.pop()
+                return
+            if self._multi is None:
+                self._multi = {}
+            self._multi[len(self._times) - 1] = k
+
+    def send(self, n: int = 1) -> None:
+        """``n`` output tokens were handed to the transport for the client."""
+        self.sent_tokens += n
+
+    # ---- phases ----------------------------------------------------------------------------------------
+
+    def admit(self) -> None:
+        """Admission control accepted the request (it now counts in flight and queued)."""
+        try:
+            with self._lock:
+                if self.finish_reason is not None or self.admitted_ns is not None:
+                    return
+                self.admitted_ns = self._clock()
+            m, labels = self._tel.metrics, {"model": self.model}
+            m.gauge_add(N.IN_FLIGHT.key, labels, 1)
+            m.gauge_add(N.QUEUED.key, labels, 1)
+        except Exception as exc:
+            self._tel.guard.error("admit", exc)
+
+    def schedule(self) -> None:
+        """The request joined a batch (the first call counts; later preemptions do not move it)."""
+        try:
+            with self._lock:
+                if self.finish_reason is not None or self.scheduled_ns is not None:
+                    return
+                self.scheduled_ns = self._clock()
+                queued = self.admitted_ns is not None
+            if queued:
+                self._tel.metrics.gauge_add(N.QUEUED.key, {"model": self.model}, -1)
+        except Exception as exc:
+            self._tel.guard.error("schedule", exc)
+
+    def report_client_ttft(self, seconds: float) -> None:
+        """The client reported its time to first token (seconds, client clock); bad values are dropped."""
+        try:
+            self.client_ttft_s = self._tel.guard.timing(float(seconds))
+        except Exception as exc:
+            self._tel.guard.error("client_ttft", exc)
+
+    def add_resource(self, release: Callable[[], object], name: str = "resource") -> None:
+        """Register something to release at the terminal state (released in reverse order, exactly once).
+
+        Registered after the terminal state, it is released at once.
+        """
+        try:
+            with self._lock:
+                if self.finish_reason is None:
+                    self._resources.append((name, release))
+                    return
+            self._release([(name, release)])
+        except Exception as exc:
+            self._tel.guard.error("add_resource", exc)
+
+    def trace_id(self) -> str | None:
+        """The trace id of this request's span (hex), or ``None`` without tracing."""
+        tracing = self._tel.tracing
+        if tracing is None or self._span is None:
+            return None
+        try:
+            return tracing.trace_id(self._span)
+        except Exception as exc:
+            self._tel.guard.error("tracing.trace_id", exc)
+            return None
+
+    @property
+    def span(self) -> object:
+        """The request's span when tracing (an OpenTelemetry span), else ``None``."""
+        return self._span
+
+    @property
+    def done(self) -> bool:
+        """Whether the terminal state is committed."""
+        return self.finish_reason is not None
+
+    @property
+    def generated_tokens(self) -> int:
+        """Output tokens committed so far."""
+        multi = self._multi
+        n = len(self._times)
+        return n if multi is None else n + sum(k - 1 for k in multi.values())
+
+    # ---- the terminal state ------------------------------------------------------------------------------
+
+    def reject(self, reason: str) -> bool:
+        """Admission control refused the request (``queue_full``, ``rate_limited``, ``circuit_open``,
+        ``draining``). Terminal; returns whether this call committed it."""
+        if reason not in REJECT_REASONS:
+            self._tel.guard.error("reject.reason", ValueError(f"unknown reject reason {reason!r}"))
+            return self.finish("error", error_type="invalid_reject_reason")
+        return self._terminate("rejected", None, reason)
+
+    def finish(self, reason: str, *, error_type: str | None = None) -> bool:
+        """Commit the terminal state ``reason`` (one of the finish reasons) unless one is already committed.
+
+        Returns ``True`` when this call won, ``False`` when it was a no-op (counted by reason). Never raises.
+        """
+        if reason == "rejected":
+            return self.reject("queue_full" if error_type is None else error_type)
+        if reason not in FINISH_REASONS:
+            self._tel.guard.error("finish.reason", ValueError(f"unknown finish reason {reason!r}"))
+            return self._terminate("error", "invalid_finish_reason", None)
+        return self._terminate(reason, error_type if reason == "error" else None, None)
+
+    def _terminate(self, reason: str, error_type: str | None, reject_reason: str | None) -> bool:
+        tel = self._tel
+        try:
+            now = self._clock()
+            with self._lock:
+                if self.finish_reason is not None:
+                    self.ignored[reason] = self.ignored.get(reason, 0) + 1
+                    won = False
+                else:
+                    self.finish_reason = reason
+                    self.finish_ns = now
+                    self.error_type = (error_type or "unknown")[:64] if reason == "error" else None
+                    self.reject_reason = reject_reason
+                    resources, self._resources = self._resources, []
+                    won = True
+        except Exception as exc:
+            tel.guard.error("finish", exc)
+            return False
+        if not won:
+            try:
+                tel.metrics.count(N.TERMINAL_SIGNALS_IGNORED.key, {"model": self.model, "finish_reason": reason})
+            except Exception as exc:
+                tel.guard.error("finish.ignored", exc)
+            return False
+        with tel._live_lock:
+            tel._live.pop(id(self), None)
+        self._release(resources)
+        try:
+            self._complete(now)
+        except Exception as exc:
+            tel.guard.error("finish.summary", exc)
+        return True
+
+    def _release(self, resources: list[tuple[str, Callable[[], object]]]) -> None:
+        for name, release in reversed(resources):
+            try:
+                self.released += 1
+                release()
+            except Exception as exc:
+                self._tel.guard.error(f"release:{name}"[:80], exc)
+
+    def _complete(self, finish_ns: int) -> None:
+        tel = self._tel
+        m = tel.metrics
+        times = self._times
+        n = len(times)
+        while n and times[n - 1] > finish_ns:
+            n -= 1
+        multi = self._multi
+        generated = n if multi is None else n + sum(k - 1 for i, k in multi.items() if i < n)
+        a = self.arrival_ns
+        ttft = (times[0] - a) / 1e9 if n else None
+        last = (times[n - 1] - a) / 1e9 if n else None
+        queue = None
+        if self.scheduled_ns is not None:
+            queue = (self.scheduled_ns - a) / 1e9
+            if ttft is not None and queue > ttft:
+                queue = ttft
+        sent = min(self.sent_tokens, generated)
+        row: SummaryRow = {
+            "request_id": self.request_id,
+            "model": self.model,
+            "version": self.version,
+            "tenant_class": self.tenant_class,
+            "arrival_unix_s": self.arrival_unix_s,
+            "finish_reason": self.finish_reason,
+            "reject_reason": self.reject_reason,
+            "error_type": self.error_type,
+            "queue_s": queue,
+            "ttft_s": ttft,
+            "last_token_s": last,
+            "e2e_s": (finish_ns - a) / 1e9,
+            "prompt_tokens": self.prompt_tokens,
+            "proposed_tokens": self.proposed_tokens,
+            "generated_tokens": generated,
+            "sent_tokens": sent,
+            "client_ttft_s": self.client_ttft_s,
+            "stream_paused_s": self.stream_paused_ns / 1e9,
+            "stream_max_queued": self.stream_max_queued,
+        }
+        itl = itl_histogram(times, n, multi, m.itl_bounds_ns, tel.record_itl)
+        if tel.record_itl:
+            row["itl_s"] = itl[3] if itl is not None else None
+        tpot = tpot_s(ttft, last, generated)
+        self.summary = row
+        verdicts = [(p.name, p.is_good(row)) for p in tel.policies.values() if p.name == self.slo_class]
+        trace_id = self.trace_id()
+        ex = exemplar_labels(self.request_id, trace_id)
+        if self.admitted_ns is not None:
+            labels = {"model": self.model}
+            m.gauge_add(N.IN_FLIGHT.key, labels, -1)
+            if self.scheduled_ns is None:
+                m.gauge_add(N.QUEUED.key, labels, -1)
+        m.record_request(row, tpot=tpot, labels=m.request_labels(self.model, self.version, self.tenant_class),
+                         itl_counts=itl[0] if itl else None, itl_sum_s=itl[1] if itl else 0.0,
+                         itl_max_s=itl[2] if itl else 0.0, exemplar=ex, verdicts=verdicts)
+        if tel.sink is not None:
+            try:
+                tel.sink(row)
+            except Exception as exc:
+                tel.guard.error("sink", exc)
+        if tel.tracing is not None and self._span is not None:
+            try:
+                tel.tracing.end_request(self._span, self, row, tpot)
+            except Exception as exc:
+                tel.guard.error("tracing.end", exc)
+
+    def timeline_ns(self) -> dict[str, int | None]:
+        """The phase timestamps (monotonic ns): arrival, admitted, scheduled, first/last token, finish."""
+        times = self._times
+        return {"arrival": self.arrival_ns, "admitted": self.admitted_ns, "scheduled": self.scheduled_ns,
+                "first_token": times[0] if times else None, "last_token": times[-1] if times else None,
+                "finish": self.finish_ns}
+
+
+def itl_histogram(times: Sequence[int], n: int, multi: Mapping[int, int] | None, bounds_ns: Sequence[int],
+                  keep_gaps: bool = False) -> tuple[list[int], float, float, list[float] | None] | None:
+    """Token-weighted inter-token gaps of the first ``n`` commit times (ns), counted per bucket.
+
+    A commit of ``k`` tokens after a gap ``g`` adds ``k`` samples of ``g / k``. Returns non-cumulative
+    counts per bound (``+Inf`` last), their sum and their maximum in seconds, and (``keep_gaps``) the gaps
+    in seconds in commit order; ``None`` with fewer than two commits.
+    """
+    if n < 2:
+        return None
+    t = times[:n]
+    if multi is None or not any(i < n for i in multi if i > 0):
+        gaps: list[float] | list[int] = list(map(sub, t[1:], t[:-1]))
+        ordered = list(gaps) if keep_gaps else None
+    else:
+        weighted: list[float] = []
+        for i in range(1, n):
+            g = t[i] - t[i - 1]
+            k = multi.get(i, 1)
+            if k == 1:
+                weighted.append(g)
+            else:
+                weighted.extend([g / k] * k)
+        gaps = weighted
+        ordered = list(weighted) if keep_gaps else None
+    gaps.sort()
+    counts: list[int] = []
+    prev = 0
+    for b in bounds_ns:
+        c = bisect_right(gaps, b)
+        counts.append(c - prev)
+        prev = c
+    counts.append(len(gaps) - prev)
+    total_s = (t[-1] - t[0]) / 1e9
+    return counts, total_s, gaps[-1] / 1e9, [g / 1e9 for g in ordered] if ordered is not None else None

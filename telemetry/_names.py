@@ -1,0 +1,312 @@
+"""The metric name catalogue: every metric and recording rule llmslo exposes, in one place.
+
+Instruments, generated rules and dashboards all read their names here; no metric name is written as a
+literal anywhere else. Standard library only.
+
+Conventions (checked by the test suite):
+
+- metric names are ``llmslo_<what>_<unit>`` in base units (``seconds``, ``bytes``, ``tokens``, ``requests``),
+  counters end in ``_total`` and no metric name holds a colon;
+- recording rules are ``llmslo:<what>:<operation>`` where a windowed rule ends in ``_rate<window>``
+  (``llmslo:slo_error:ratio_rate5m``);
+- every label declares its values: a closed set (``finish_reason``, ``reject_reason``) or an open set with a
+  bound on how many distinct values one process may expose (``model``, ``version``); a value beyond the
+  bound is exposed as :data:`OVERFLOW_VALUE`;
+- histogram buckets are the defaults of :mod:`llmslo.telemetry._buckets`, in seconds; ``+Inf`` is implied.
+
+:attr:`Metric.name` is the name as it appears in Prometheus queries (with ``_total`` for counters); a client
+library that appends ``_total`` itself takes :attr:`Metric.instrument_name`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from llmslo.telemetry._buckets import DEFAULT_BUCKETS_S
+from llmslo.telemetry._summary import FINISH_REASONS, REJECT_REASONS
+
+MetricType = Literal["counter", "gauge", "histogram"]
+
+OVERFLOW_VALUE = "other"
+"""The value an open label takes once its bound of distinct values is reached."""
+
+BREAKER_STATES: tuple[str, ...] = ("closed", "half_open", "open")
+"""States of a circuit breaker, exposed one-hot on :data:`BREAKER_STATE` (1 for the current state)."""
+
+SUMMARY_DROP_REASONS: tuple[str, ...] = ("queue_full", "store_error")
+"""Why a request summary never reached the store."""
+
+OBSERVATION_DROP_REASONS: tuple[str, ...] = ("nan", "infinite", "negative")
+"""Why a timing handed to the telemetry was dropped instead of observed."""
+
+
+@dataclass(frozen=True)
+class Label:
+    """A metric label and the values it may take.
+
+    ``values`` closes the set (any other value is a bug in llmslo or the server); ``None`` declares an open
+    set bounded by ``max_values`` distinct values per process, beyond which the value is
+    :data:`OVERFLOW_VALUE`.
+    """
+
+    name: str
+    doc: str
+    values: tuple[str, ...] | None = None
+    max_values: int = 0
+
+    @property
+    def closed(self) -> bool:
+        """Whether the label takes its values from a fixed set."""
+        return self.values is not None
+
+    @property
+    def bound(self) -> int:
+        """The most distinct values one process exposes for this label (overflow value included)."""
+        return len(self.values) if self.values is not None else self.max_values + 1
+
+
+LABELS: Mapping[str, Label] = {
+    label.name: label
+    for label in (
+        Label("model", "served model name", max_values=16),
+        Label("version", "server or model version (two or three serve together during a rollout)", max_values=8),
+        Label("tenant_class", "tenant or priority class, e.g. interactive or batch", max_values=8),
+        Label("slo_class", "name of the goodput policy the verdict was computed under", max_values=8),
+        Label("finish_reason", "terminal state of the request", values=FINISH_REASONS),
+        Label("reject_reason", "why admission control refused the request", values=REJECT_REASONS),
+        Label("breaker", "the circuit breaker (one per upstream or route)", max_values=16),
+        Label("state", "circuit-breaker state", values=BREAKER_STATES),
+        Label("reason", "why something was dropped (each metric narrows the set)",
+              values=SUMMARY_DROP_REASONS + OBSERVATION_DROP_REASONS),
+        Label("gpu", "GPU index on the host", max_values=16),
+    )
+}
+"""Every label name a llmslo metric may carry, by name."""
+
+TARGET_LABELS: tuple[str, ...] = ("job", "instance")
+"""Labels Prometheus attaches to every scraped series (not exposed by llmslo itself)."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric: its query name, type, unit, help text, labels and (histograms) bucket bounds.
+
+    ``key`` is the short name rules and dashboards use (``ttft``); ``source`` names the request-summary
+    field the value comes from when there is one (``ttft_s``). ``buckets_s`` are upper bounds in seconds.
+    ``narrowed`` restricts a closed label to a subset of its values on this metric.
+    """
+
+    key: str
+    name: str
+    type: MetricType
+    unit: str
+    help: str
+    labels: tuple[str, ...] = ()
+    buckets_s: tuple[float, ...] = ()
+    source: str | None = None
+    narrowed: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def allowed_values(self, label: str) -> tuple[str, ...] | None:
+        """The closed set of values ``label`` takes on this metric (``None`` for an open label).
+
+        Raises ``KeyError`` when the metric has no such label.
+        """
+        if label not in self.labels:
+            raise KeyError(f"{self.name} has no label {label!r}; its labels: {', '.join(self.labels) or 'none'}")
+        return dict(self.narrowed).get(label, LABELS[label].values)
+
+    @property
+    def instrument_name(self) -> str:
+        """The name to give a client library that appends ``_total`` to counters itself."""
+        return self.name.removesuffix("_total") if self.type == "counter" else self.name
+
+    @property
+    def bucket(self) -> str:
+        """The ``_bucket`` series of a histogram."""
+        return self._series("bucket")
+
+    @property
+    def count(self) -> str:
+        """The ``_count`` series of a histogram (observations)."""
+        return self._series("count")
+
+    @property
+    def sum(self) -> str:
+        """The ``_sum`` series of a histogram (in the metric's unit)."""
+        return self._series("sum")
+
+    def _series(self, suffix: str) -> str:
+        if self.type != "histogram":
+            raise AttributeError(f"{self.name} is a {self.type}, it has no _{suffix} series")
+        return f"{self.name}_{suffix}"
+
+
+_REQUEST_LABELS = ("model", "version", "tenant_class")
+
+
+def _histogram(key: str, what: str, help_: str) -> Metric:
+    source = f"{key}_s"
+    return Metric(key, f"llmslo_{what}_seconds", "histogram", "seconds", help_, _REQUEST_LABELS,
+                  DEFAULT_BUCKETS_S[source], source)
+
+
+def _tokens(key: str, help_: str) -> Metric:
+    return Metric(key, f"llmslo_{key}_total", "counter", "tokens", help_, _REQUEST_LABELS, source=key)
+
+
+TTFT = _histogram("ttft", "ttft", "Server time to first token: first token committed - arrival, seconds.")
+CLIENT_TTFT = _histogram(
+    "client_ttft", "client_ttft",
+    "Client time to first token: first content chunk received - request sent, client clock, seconds.")
+TPOT = _histogram(
+    "tpot", "tpot",
+    "Time per output token after the first: (last - first token) / (generated tokens - 1), seconds; "
+    "requests of one token are not observed.")
+ITL = _histogram(
+    "itl", "itl",
+    "Inter-token latency, token-weighted: a commit of k tokens after a gap g adds k samples of g/k, seconds.")
+E2E = _histogram("e2e", "e2e", "End-to-end latency: terminal state committed - arrival, seconds.")
+QUEUE = _histogram("queue", "queue", "Queue time: first scheduled - arrival, seconds.")
+
+PROMPT_TOKENS = _tokens("prompt_tokens", "Input tokens of finished requests.")
+PROPOSED_TOKENS = _tokens("proposed_tokens", "Draft tokens proposed by speculative decoding.")
+GENERATED_TOKENS = _tokens("generated_tokens", "Output tokens the engine committed (accepted).")
+SENT_TOKENS = _tokens("sent_tokens", "Output tokens handed to the transport for the client.")
+
+REQUESTS = Metric(
+    "requests", "llmslo_requests_total", "counter", "requests",
+    "Requests that reached their terminal state, by finish reason (rejected ones included).",
+    (*_REQUEST_LABELS, "finish_reason"), source="finish_reason")
+REJECTED_REQUESTS = Metric(
+    "rejected_requests", "llmslo_rejected_requests_total", "counter", "requests",
+    "Requests refused by admission control, by reason.", (*_REQUEST_LABELS, "reject_reason"),
+    source="reject_reason")
+TERMINAL_SIGNALS_IGNORED = Metric(
+    "terminal_signals_ignored", "llmslo_terminal_signals_ignored_total", "counter", "signals",
+    "Finish signals that arrived after the request's terminal state was committed (no-ops), by the reason "
+    "they carried.", ("model", "finish_reason"))
+GOODPUT_GOOD = Metric(
+    "goodput_good", "llmslo_goodput_good_requests_total", "counter", "requests",
+    "Attempted requests that were good under the goodput policy of their SLO class.",
+    (*_REQUEST_LABELS, "slo_class"))
+GOODPUT_ATTEMPTED = Metric(
+    "goodput_attempted", "llmslo_goodput_attempted_requests_total", "counter", "requests",
+    "Attempted requests (every arrival, rejected, cancelled and failed ones included), by SLO class.",
+    (*_REQUEST_LABELS, "slo_class"))
+SUMMARIES_DROPPED = Metric(
+    "summaries_dropped", "llmslo_summaries_dropped_total", "counter", "summaries",
+    "Request summaries that never reached the store.", ("reason",),
+    narrowed=(("reason", SUMMARY_DROP_REASONS),))
+OBSERVATIONS_DROPPED = Metric(
+    "observations_dropped", "llmslo_observations_dropped_total", "counter", "observations",
+    "Timings dropped instead of observed because they were NaN, infinite or negative.", ("reason",),
+    narrowed=(("reason", OBSERVATION_DROP_REASONS),))
+INTERNAL_ERRORS = Metric(
+    "internal_errors", "llmslo_internal_errors_total", "counter", "errors",
+    "Exceptions raised inside llmslo, caught before they reached the server.")
+
+IN_FLIGHT = Metric(
+    "in_flight", "llmslo_in_flight_requests", "gauge", "requests",
+    "Requests admitted and not yet at their terminal state.", ("model",))
+QUEUED = Metric(
+    "queued", "llmslo_queued_requests", "gauge", "requests",
+    "Requests admitted and waiting to be scheduled.", ("model",))
+QUEUE_CAPACITY = Metric(
+    "queue_capacity", "llmslo_queue_capacity_requests", "gauge", "requests",
+    "Capacity of the bounded request queue; arrivals beyond it are rejected (queue_full).", ("model",))
+PAUSED_STREAMS = Metric(
+    "paused_streams", "llmslo_paused_streams", "gauge", "streams",
+    "Streams whose producer waits for send credit (the client reads slower than the engine generates).",
+    ("model",))
+DRAINING = Metric(
+    "draining", "llmslo_draining", "gauge", "",
+    "1 while the server drains (no new requests admitted, in-flight ones finishing), else 0.")
+BREAKER_STATE = Metric(
+    "breaker_state", "llmslo_breaker_state", "gauge", "",
+    "Circuit-breaker state, one-hot: 1 on the series of the current state, 0 on the others.",
+    ("breaker", "state"))
+GPU_MEMORY_USED = Metric(
+    "gpu_memory_used", "llmslo_gpu_memory_used_bytes", "gauge", "bytes",
+    "GPU memory in use (NVML), bytes.", ("gpu",))
+GPU_MEMORY_TOTAL = Metric(
+    "gpu_memory_total", "llmslo_gpu_memory_total_bytes", "gauge", "bytes",
+    "GPU memory installed (NVML), bytes.", ("gpu",))
+
+GPU_UTILIZATION = Metric(
+    "gpu_utilization", "llmslo_gpu_utilization_ratio", "gauge", "ratio",
+    "Share of the last sample period during which a kernel ran on the GPU (NVML utilisation / 100).", ("gpu",))
+GPU_POWER = Metric(
+    "gpu_power", "llmslo_gpu_power_watts", "gauge", "watts", "GPU board power draw (NVML), watts.", ("gpu",))
+GPU_TEMPERATURE = Metric(
+    "gpu_temperature", "llmslo_gpu_temperature_celsius", "gauge", "celsius",
+    "GPU core temperature (NVML), degrees Celsius.", ("gpu",))
+GPU_SM_CLOCK = Metric(
+    "gpu_sm_clock", "llmslo_gpu_sm_clock_hertz", "gauge", "hertz", "Current SM clock (NVML), hertz.", ("gpu",))
+GPU_THROTTLE_REASONS = Metric(
+    "gpu_throttle_reasons", "llmslo_gpu_throttle_reasons", "gauge", "",
+    "NVML clocks-event (throttle) reason bit mask; 0 when the clocks are not held back.", ("gpu",))
+
+METRICS: tuple[Metric, ...] = (
+    TTFT, CLIENT_TTFT, TPOT, ITL, E2E, QUEUE,
+    PROMPT_TOKENS, PROPOSED_TOKENS, GENERATED_TOKENS, SENT_TOKENS,
+    REQUESTS, REJECTED_REQUESTS, TERMINAL_SIGNALS_IGNORED, GOODPUT_GOOD, GOODPUT_ATTEMPTED,
+    SUMMARIES_DROPPED, OBSERVATIONS_DROPPED, INTERNAL_ERRORS,
+    IN_FLIGHT, QUEUED, QUEUE_CAPACITY, PAUSED_STREAMS, DRAINING, BREAKER_STATE,
+    GPU_MEMORY_USED, GPU_MEMORY_TOTAL,
+    GPU_UTILIZATION, GPU_POWER, GPU_TEMPERATURE, GPU_SM_CLOCK, GPU_THROTTLE_REASONS,
+)
+"""Every metric llmslo exposes."""
+
+METRICS_BY_KEY: Mapping[str, Metric] = {m.key: m for m in METRICS}
+METRICS_BY_NAME: Mapping[str, Metric] = {m.name: m for m in METRICS}
+
+
+@dataclass(frozen=True)
+class RecordingRule:
+    """A family of recording rules: ``llmslo:<what>:<operation>``, suffixed ``_rate<window>`` when windowed.
+
+    ``labels`` are the labels the recorded series carry besides those the rule's spec adds.
+    """
+
+    what: str
+    operation: str
+    doc: str
+    windowed: bool = True
+    labels: tuple[str, ...] = ()
+
+    def name(self, window: str | None = None) -> str:
+        """The rule name, e.g. ``llmslo:slo_error:ratio_rate5m`` for window ``"5m"`` (a Prometheus duration)."""
+        if self.windowed != (window is not None):
+            raise ValueError(f"llmslo:{self.what}:{self.operation} {'needs' if self.windowed else 'takes no'} window")
+        suffix = f"_rate{window}" if window is not None else ""
+        return f"llmslo:{self.what}:{self.operation}{suffix}"
+
+
+SLO_LABELS: tuple[str, ...] = ("llmslo_service", "llmslo_slo")
+"""Labels every SLO recording rule and alert carries: the service and the objective's name."""
+
+SLO_ERROR_RATIO = RecordingRule(
+    "slo_error", "ratio",
+    "Bad events / all events of one SLO over the window (total over total, never an average of ratios); "
+    "absent when the window saw no event.", labels=SLO_LABELS)
+SLO_OBJECTIVE = RecordingRule(
+    "slo_objective", "ratio", "The objective of one SLO as a ratio (0.99 for 99%).", windowed=False,
+    labels=SLO_LABELS)
+SLO_BUDGET_REMAINING = RecordingRule(
+    "slo_error_budget", "remaining_ratio",
+    "Share of the period's error budget left: 1 - error ratio over the period / (1 - objective); "
+    "negative once overspent.", windowed=False, labels=SLO_LABELS)
+VERSION_ERROR_RATIO = RecordingRule(
+    "version_error", "ratio", "Requests finished with error / all requests, per model and version.",
+    labels=("model", "version"))
+VERSION_TTFT_P95 = RecordingRule(
+    "version_ttft_seconds", "p95",
+    "95th percentile of server TTFT per model and version, seconds (a bucket estimate).",
+    labels=("model", "version"))
+
+RECORDING_RULES: tuple[RecordingRule, ...] = (
+    SLO_ERROR_RATIO, SLO_OBJECTIVE, SLO_BUDGET_REMAINING, VERSION_ERROR_RATIO, VERSION_TTFT_P95,
+)
+"""Every recording-rule family llmslo generates."""
