@@ -16,7 +16,19 @@ except ModuleNotFoundError as _exc:  # pragma: no cover - exercised only without
         name=_exc.name,
     ) from None
 
+from llmslo.analysis._anomaly import (
+    AnomalyConfig,
+    AnomalyReport,
+    TighteningConfig,
+    detect_anomalies,
+    failure_rate_slope,
+    outcome_entropy,
+    rolling_zscore,
+    tightening_signals,
+)
+from llmslo.analysis._correlate import aligned_frame, correlate, gpu_state_during_decode, lagged_correlation
 from llmslo.analysis._durations import format_duration, parse_duration
+from llmslo.analysis._gpu_import import GPU_IMPORT_KINDS, GpuFormatError, import_gpu_file
 from llmslo.analysis._import_registry import (
     ImportFormatError,
     ImportOptions,
@@ -51,10 +63,14 @@ from llmslo.analysis._survival import km_quantiles, quantile_label
 from llmslo.analysis._validation import InvalidInputError, RowError
 
 __all__ = [
+    "AnomalyConfig",
+    "AnomalyReport",
     "DEFAULT_TPOT_S",
     "DEFAULT_TTFT_S",
+    "GPU_IMPORT_KINDS",
     "GROUP_COLUMNS",
     "GoodputPolicy",
+    "GpuFormatError",
     "ImportFormatError",
     "ImportOptions",
     "ImportReport",
@@ -71,25 +87,36 @@ __all__ = [
     "StoreError",
     "StoreVersionError",
     "TRACE_KINDS",
+    "TighteningConfig",
     "TraceFormatError",
     "TraceSummary",
     "UnknownKindError",
     "WINDOW_KEY",
+    "aligned_frame",
     "analyze_scrape",
     "arrow_schema",
     "build_report",
     "compare_scrapes",
+    "correlate",
+    "detect_anomalies",
     "detect_kind",
+    "failure_rate_slope",
     "format_duration",
+    "gpu_state_during_decode",
+    "import_gpu_file",
     "importer_for",
     "importers",
     "km_quantiles",
+    "lagged_correlation",
     "open_store",
+    "outcome_entropy",
     "parse_duration",
     "parse_exposition",
     "polars_schema",
     "quantile_label",
     "read_scrape",
     "read_trace",
+    "rolling_zscore",
     "summary_ddl",
+    "tightening_signals",
 ]

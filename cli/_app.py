@@ -28,6 +28,8 @@ from llmslo.analysis import (
     build_report,
     parse_duration,
 )
+from llmslo.cli._anomalies import anomalies_command
+from llmslo.cli._gpu import gpu_app
 from llmslo.cli._import import import_command
 from llmslo.cli._render import render_report, report_csv
 from llmslo.cli._scrape import scrape_command
@@ -330,6 +332,8 @@ app.command("import")(import_command)
 app.command("scrape")(scrape_command)
 app.command("trace")(trace_command)
 app.command("stream-sim")(stream_sim_command)
+app.command("anomalies")(anomalies_command)
+app.add_typer(gpu_app, name="gpu")
 
 
 def _version(value: bool) -> None:

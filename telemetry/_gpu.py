@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from llmslo.telemetry._errors import ConfigurationError
 from llmslo.telemetry._names import (
@@ -203,7 +203,7 @@ class GpuSampler:
 
     # ---- gauges -------------------------------------------------------------------------------------------
 
-    _GAUGE_FIELDS: tuple[tuple[Metric, str], ...] = (
+    _GAUGE_FIELDS: ClassVar[tuple[tuple[Metric, str], ...]] = (
         (GPU_UTILIZATION, "util_gpu_pct"),
         (GPU_MEMORY_USED, "memory_used_bytes"),
         (GPU_MEMORY_TOTAL, "memory_total_bytes"),
@@ -222,7 +222,7 @@ class GpuSampler:
             self._gauges[field] = Gauge(metric.name, metric.help, list(metric.labels), registry=self._registry)
 
     # Gauges carry base units: utilisation as a ratio, clocks in hertz.
-    _GAUGE_SCALE: dict[str, float] = {"util_gpu_pct": 0.01, "sm_clock_mhz": 1e6}
+    _GAUGE_SCALE: ClassVar[dict[str, float]] = {"util_gpu_pct": 0.01, "sm_clock_mhz": 1e6}
 
     def _update_gauges(self, s: GpuSample) -> None:
         for field, gauge in self._gauges.items():

@@ -41,17 +41,17 @@ class ReplayNvml:
         self.init_error = init_error
         self.shutdowns = 0
 
-    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
+    def nvmlInit(self) -> None:
         if self.init_error is not None:
             raise self.init_error
 
-    def nvmlShutdown(self) -> None:  # noqa: N802
+    def nvmlShutdown(self) -> None:
         self.shutdowns += 1
 
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+    def nvmlDeviceGetCount(self) -> int:
         return len(self.ticks[0]["gpus"])
 
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:  # noqa: N802
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
         return i
 
     def _gpu(self, h: int) -> dict[str, Any]:
@@ -63,25 +63,25 @@ class ReplayNvml:
             raise NVMLError("Not Supported")
         return v
 
-    def nvmlDeviceGetUtilizationRates(self, h: int) -> SimpleNamespace:  # noqa: N802
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> SimpleNamespace:
         if h == 0:
             self.tick += 1
         return SimpleNamespace(**self._value(h, "utilization"))
 
-    def nvmlDeviceGetMemoryInfo(self, h: int) -> SimpleNamespace:  # noqa: N802
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> SimpleNamespace:
         return SimpleNamespace(**self._value(h, "memory"))
 
-    def nvmlDeviceGetPowerUsage(self, h: int) -> int:  # noqa: N802
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
         return int(self._value(h, "power_mw"))
 
-    def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:  # noqa: N802
+    def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
         assert sensor == self.NVML_TEMPERATURE_GPU
         return int(self._value(h, "temperature_c"))
 
-    def nvmlDeviceGetClockInfo(self, h: int, clock: int) -> int:  # noqa: N802
+    def nvmlDeviceGetClockInfo(self, h: int, clock: int) -> int:
         return int(self._value(h, "clock_sm_mhz" if clock == self.NVML_CLOCK_SM else "clock_mem_mhz"))
 
-    def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:  # noqa: N802
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:
         return int(self._value(h, "clocks_event_reasons"))
 
 

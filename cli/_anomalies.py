@@ -1,0 +1,124 @@
+"""``llmslo anomalies``: distribution changes of latency in the store, against a baseline."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from llmslo.analysis import Store, parse_duration
+from llmslo.analysis._anomaly import ANOMALY_METRICS, AnomalyConfig, AnomalyReport, detect_anomalies
+from llmslo.telemetry import LlmsloError
+
+__all__ = ["anomalies_command"]
+
+_err = Console(stderr=True)
+
+
+def _console() -> Console:
+    out = Console()
+    return out if out.is_terminal else Console(width=150)
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    _err.print(f"[bold red]error:[/bold red] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _seconds(name: str, text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise _fail(f"--{name}: {exc}", 2) from None
+
+
+def _baseline(text: str) -> dict[str, object]:
+    """``preceding``, ``preceding:N``, ``week`` or ``reference:START,END`` (Unix seconds)."""
+    kind, _, arg = text.partition(":")
+    if kind == "preceding":
+        return {"baseline": "preceding", **({"baseline_windows": int(arg)} if arg else {})}
+    if kind == "week" and not arg:
+        return {"baseline": "week"}
+    if kind == "reference" and "," in arg:
+        lo, hi = arg.split(",", 1)
+        return {"baseline": "reference", "reference_start_unix_s": float(lo), "reference_end_unix_s": float(hi)}
+    raise ValueError(f"unrecognised baseline {text!r}")
+
+
+def _when(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:+.0f}%"
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.3g}ms" if x < 1 else f"{x:.3g}s"
+
+
+def _table(report: AnomalyReport) -> Table:
+    t = Table(title="Latency distribution changes (UTC)", title_justify="left")
+    for col in ("series", "from", "to", "windows", "statistic", "p (BH)", "n / baseline", "p50 before→after",
+                "p50", "p99 before→after", "p99"):
+        t.add_column(col, justify="left" if col in ("series", "from", "to") else "right")
+    for f in report.findings:
+        t.add_row(f.series, _when(f.first_start_unix_s), _when(f.end_unix_s), str(f.windows), f"{f.statistic:.3f}",
+                  f"{f.p_adjusted:.2g}", f"{f.n:,} / {f.n_baseline:,}",
+                  f"{_ms(f.p50_before_s)}→{_ms(f.p50_after_s)}", _pct(f.p50_change),
+                  f"{_ms(f.p99_before_s)}→{_ms(f.p99_after_s)}", _pct(f.p99_change))
+    return t
+
+
+def anomalies_command(
+    db: Annotated[Path, typer.Option("--db", help="DuckDB store file.", show_default=False)],
+    metric: Annotated[list[str] | None, typer.Option(
+        "--metric", help=f"Latency to scan (repeatable): {', '.join(ANOMALY_METRICS)}. (default: ttft)")] = None,
+    baseline: Annotated[str, typer.Option(
+        "--baseline", help="preceding[:N] (the N windows before, default 12), week (same window a week "
+        "earlier) or reference:START,END (Unix seconds).")] = "preceding",
+    window: Annotated[str, typer.Option("--window", help="Window length, e.g. 300s, 5m.")] = "5m",
+    step: Annotated[str | None, typer.Option("--step", help="Step between windows (default: the window).")] = None,
+    test: Annotated[str, typer.Option("--test", help="ks, anderson or mannwhitney.")] = "ks",
+    alpha: Annotated[float, typer.Option("--alpha", help="Level after Benjamini-Hochberg across series.")] = 0.01,
+    consecutive: Annotated[int, typer.Option("--consecutive", help="Flagged windows in a row for a finding.")] = 2,
+    by: Annotated[str, typer.Option("--by", help="Series per value of: model, version, tenant_class "
+                                    "(comma-separated; empty for one series).")] = "model",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (for scripts).")] = False,
+) -> None:
+    """Find windows whose latency distribution moved away from a baseline (docs/anomalies.md).
+
+    Each window (by arrival time) is tested against its baseline with a two-sample test; it is flagged
+    only with enough samples, a significant result after Benjamini-Hochberg across series, and a large
+    effect (p50 or p99 moved by the configured share and absolute amount); a finding needs
+    --consecutive flagged windows in a row. Every finding prints its statistic, p-value, sample sizes
+    and quantiles before and after.
+    """
+    try:
+        cfg = AnomalyConfig(window_s=_seconds("window", window) or 0.0, step_s=_seconds("step", step),
+                            test=test, alpha=alpha, consecutive=consecutive,  # type: ignore[arg-type]
+                            **_baseline(baseline))  # type: ignore[arg-type]
+    except (ValueError, LlmsloError) as exc:
+        raise _fail(str(exc), 2) from None
+    groups = tuple(s.strip() for s in by.split(",") if s.strip())
+    try:
+        with Store.open(db, read_only=True) as store:
+            report = detect_anomalies(store.con, cfg, metrics=tuple(metric or ["ttft"]), by=groups)
+    except LlmsloError as exc:
+        raise _fail(str(exc), 2 if isinstance(exc, ValueError) else 1) from None
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=2))
+        return
+    out = _console()
+    if report.findings:
+        out.print(_table(report))
+    tested = sum(1 for ws in report.windows.values() for w in ws if w.enough_samples)
+    out.print(f"{len(report.findings)} finding(s) in {len(report.windows)} series, {tested} windows tested "
+              f"({cfg.test.upper()}, alpha {cfg.alpha:g} after BH, {consecutive} consecutive, baseline {baseline})")
