@@ -32,6 +32,7 @@ from llmslo.cli._anomalies import anomalies_command
 from llmslo.cli._gpu import gpu_app
 from llmslo.cli._import import import_command
 from llmslo.cli._render import render_report, report_csv
+from llmslo.cli._rules import rules_app
 from llmslo.cli._scrape import scrape_command
 from llmslo.cli._telemetry import stream_sim_command
 from llmslo.cli._traces import trace_command
@@ -334,6 +335,7 @@ app.command("trace")(trace_command)
 app.command("stream-sim")(stream_sim_command)
 app.command("anomalies")(anomalies_command)
 app.add_typer(gpu_app, name="gpu")
+app.add_typer(rules_app, name="rules")
 
 
 def _version(value: bool) -> None:

@@ -1,3 +1,70 @@
-"""llmslo.rules: not implemented yet; this subpackage has no public API in this release."""
+"""SLO spec -> Prometheus recording and alert rules, with promtool tests proving how every alert behaves.
 
-__all__: list[str] = []
+The pipeline is four small pure steps: :func:`load_spec` (YAML, ``version: llmslo/v1``, validated with
+errors naming the field) -> :func:`build_model` (budgets, thresholds, detection times) ->
+:func:`generate_groups` (rule groups; metric names from the :mod:`llmslo.telemetry` catalogue) ->
+:func:`render` (byte-deterministic YAML for the rules and the promtool test files). :func:`explain` turns
+the model into a table; :func:`check_rules` and :func:`run_rule_tests` run promtool.
+
+Example::
+
+    from llmslo.rules import build_model, load_spec, render
+
+    out = render(build_model(load_spec("examples/chat-slo.yaml")), "rules.yml", "rules_test.yml")
+    Path("rules.yml").write_text(out.rules)
+"""
+
+from llmslo.rules._errors import PromtoolError, SpecError
+from llmslo.rules._explain import BurnRow, Explanation, OtherRow, explain
+from llmslo.rules._generator import Rule, RuleGroup, generate_groups
+from llmslo.rules._model import BurnRateAlert, Model, OperationalAlert, Slo, build_model
+from llmslo.rules._output import Rendered, proof_file_name, render
+from llmslo.rules._promtool import PromtoolResult, check_rules, find_promtool, run_rule_tests
+from llmslo.rules._proofs import Check, Proof, generate_proofs
+from llmslo.rules._spec import (
+    DEFAULT_BURN_ALERTS,
+    SPEC_VERSION,
+    BurnAlertSpec,
+    ObjectiveSpec,
+    OperationalSpec,
+    Spec,
+    load_spec,
+    parse_spec,
+    parse_spec_text,
+)
+
+__all__ = [
+    "BurnAlertSpec",
+    "BurnRateAlert",
+    "BurnRow",
+    "Check",
+    "DEFAULT_BURN_ALERTS",
+    "Explanation",
+    "Model",
+    "ObjectiveSpec",
+    "OperationalAlert",
+    "OperationalSpec",
+    "OtherRow",
+    "PromtoolError",
+    "PromtoolResult",
+    "Proof",
+    "Rendered",
+    "Rule",
+    "RuleGroup",
+    "SPEC_VERSION",
+    "Slo",
+    "Spec",
+    "SpecError",
+    "build_model",
+    "check_rules",
+    "explain",
+    "find_promtool",
+    "generate_groups",
+    "generate_proofs",
+    "load_spec",
+    "parse_spec",
+    "parse_spec_text",
+    "proof_file_name",
+    "render",
+    "run_rule_tests",
+]

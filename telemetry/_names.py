@@ -93,9 +93,11 @@ TARGET_LABELS: tuple[str, ...] = ("job", "instance")
 class Metric:
     """One metric: its query name, type, unit, help text, labels and (histograms) bucket bounds.
 
-    ``key`` is the short name rules and dashboards use (``ttft``); ``source`` names the request-summary
-    field the value comes from when there is one (``ttft_s``). ``buckets_s`` are upper bounds in seconds.
-    ``narrowed`` restricts a closed label to a subset of its values on this metric.
+    ``unit`` is the base unit the name ends with (``seconds``, ``bytes``, ``tokens``, ``requests``), empty for
+    plain counts of events and for states. ``key`` is the short name rules and dashboards use (``ttft``);
+    ``source`` names the request-summary field the value comes from when there is one (``ttft_s``).
+    ``buckets_s`` are upper bounds in seconds. ``narrowed`` restricts a closed label to a subset of its
+    values on this metric.
     """
 
     key: str
@@ -184,7 +186,7 @@ REJECTED_REQUESTS = Metric(
     "Requests refused by admission control, by reason.", (*_REQUEST_LABELS, "reject_reason"),
     source="reject_reason")
 TERMINAL_SIGNALS_IGNORED = Metric(
-    "terminal_signals_ignored", "llmslo_terminal_signals_ignored_total", "counter", "signals",
+    "terminal_signals_ignored", "llmslo_terminal_signals_ignored_total", "counter", "",
     "Finish signals that arrived after the request's terminal state was committed (no-ops), by the reason "
     "they carried.", ("model", "finish_reason"))
 GOODPUT_GOOD = Metric(
@@ -196,11 +198,11 @@ GOODPUT_ATTEMPTED = Metric(
     "Attempted requests (every arrival, rejected, cancelled and failed ones included), by SLO class.",
     (*_REQUEST_LABELS, "slo_class"))
 SUMMARIES_DROPPED = Metric(
-    "summaries_dropped", "llmslo_summaries_dropped_total", "counter", "summaries",
+    "summaries_dropped", "llmslo_summaries_dropped_total", "counter", "",
     "Request summaries that never reached the store.", ("reason",),
     narrowed=(("reason", SUMMARY_DROP_REASONS),))
 OBSERVATIONS_DROPPED = Metric(
-    "observations_dropped", "llmslo_observations_dropped_total", "counter", "observations",
+    "observations_dropped", "llmslo_observations_dropped_total", "counter", "",
     "Timings dropped instead of observed because they were NaN, infinite or negative.", ("reason",),
     narrowed=(("reason", OBSERVATION_DROP_REASONS),))
 INTERNAL_ERRORS = Metric(

@@ -1,0 +1,16 @@
+"""Shared pytest options: ``--update-golden`` rewrites golden files instead of comparing with them."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="Rewrite golden files from the current output (review the diff before committing).")
+
+
+@pytest.fixture
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    """True when the run was started with ``--update-golden``."""
+    return bool(request.config.getoption("--update-golden"))
