@@ -58,6 +58,7 @@ from llmslo.analysis._scrape import (
     parse_exposition,
     read_scrape,
 )
+from llmslo.analysis._sink_writers import DuckDBSummaryWriter, ParquetSummaryWriter, summary_table
 from llmslo.analysis._store import IngestReport, Store, StoreError, StoreVersionError, open_store
 from llmslo.analysis._survival import km_quantiles, quantile_label
 from llmslo.analysis._validation import InvalidInputError, RowError
@@ -67,6 +68,7 @@ __all__ = [
     "AnomalyReport",
     "DEFAULT_TPOT_S",
     "DEFAULT_TTFT_S",
+    "DuckDBSummaryWriter",
     "GPU_IMPORT_KINDS",
     "GROUP_COLUMNS",
     "GoodputPolicy",
@@ -77,6 +79,7 @@ __all__ = [
     "IngestReport",
     "InvalidInputError",
     "LATENCY_INTERVALS",
+    "ParquetSummaryWriter",
     "QUANTILES",
     "ReportSpec",
     "RowError",
@@ -118,5 +121,6 @@ __all__ = [
     "read_trace",
     "rolling_zscore",
     "summary_ddl",
+    "summary_table",
     "tightening_signals",
 ]

@@ -1,33 +1,45 @@
 """Instrumentation cost per request and per token, side by side, and the summary sink's throughput.
 
 One simulated request: arrival, admitted, scheduled, 256 output tokens with one commit per token (each also
-handed to the transport), finish ``stop``. Ways to instrument it, timed in the same run:
+handed to the transport), finish ``stop``. Ways to instrument it, timed in the same run (their order rotates
+from one repeat to the next):
 
 * bare: ``list.append(time.monotonic_ns())`` per token, nothing else (the per-token baseline);
 * (a) plain prometheus-client as servers do today: ``.labels()`` children looked up per request, an ITL
   ``observe`` per token, TTFT/TPOT/e2e/queue observes, token and request counter increments;
-* (b) llmslo, same metrics plus request-id exemplars, no tracing.
+* (b) llmslo, same metrics plus request-id exemplars, no tracing (``commit()`` + ``send()`` per token);
+* (b') llmslo, ``commit()`` only per token (what the engine loop itself calls);
+* (c) llmslo with tracing (request span, three phase spans, GenAI metrics) to an in-memory span exporter
+  (``SimpleSpanProcessor``, so the export is inside the timing) and an in-memory metric reader.
 
-Per-token cost of (b) is the slope between a 256-token and a 1-token request; its fixed per-request cost is the
-1-token request minus one token. Targets: per-token <= 2x bare, fixed <= 20 us, (b) >= 5x cheaper than (a)
-per request. The sink: pre-built summaries pushed into ``SummarySink(DuckDBWriter)`` until ``close()`` returns
-(on-disk DuckDB file); target >= 50,000 summaries/s with memory bounded by the queue. Medians over repeats.
+Per-token cost is the slope between a 256-token and a 1-token request; the fixed per-request cost is the
+1-token request minus one token. Each figure is the median over the repeats of the figure computed within a
+repeat (ratios too: numerator and denominator come from the same repeat). Targets: (b) per token <= 2x
+bare; (b) fixed <= 20 us; (a) / (b) per request >= 5. The sink: pre-built summaries pushed into
+``SummarySink(DuckDBSummaryWriter)`` (an on-disk DuckDB file) until ``close()`` returns; target >= 50,000
+summaries/s with memory bounded by the queue (the deepest queue never exceeds its capacity).
 
-Run: ``.venv/bin/python -m llmslo.bench.bench_telemetry``
+Run: ``.venv/bin/python -m llmslo.bench.bench_telemetry --repeats 3 --loops 500 --sink-rows 100000``
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import time
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from llmslo.bench._util import median, table, temp_dir
-from llmslo.telemetry import DEFAULT_BUCKETS_S, METRICS_BY_KEY, DuckDBWriter, SummarySink, Telemetry
+from llmslo.bench._util import current_rss_mb, median, table, temp_dir
+from llmslo.telemetry import DEFAULT_BUCKETS_S, METRICS_BY_KEY, SummarySink, Telemetry
 
 TOKENS = 256
+TARGET_PER_TOKEN_X = 2.0
+TARGET_FIXED_US = 20.0
+TARGET_VS_PROMETHEUS_X = 5.0
+TARGET_SINK_PER_S = 50_000
 
 
 def bare(n: int, loops: int) -> float:
@@ -83,8 +95,7 @@ def plain_prometheus(n: int, loops: int) -> float:
     return (time.perf_counter_ns() - t0) / loops
 
 
-def llmslo(n: int, loops: int) -> float:
-    tel = Telemetry(version="v1")
+def _llmslo_loop(tel: Telemetry, n: int, loops: int, after: Callable[[], object] | None = None) -> float:
     t0 = time.perf_counter_ns()
     for i in range(loops):
         t = tel.start(f"req-{i}", model="m", prompt_tokens=100)
@@ -95,7 +106,13 @@ def llmslo(n: int, loops: int) -> float:
             commit()
             send()
         t.finish("stop")
+        if after is not None:
+            after()
     return (time.perf_counter_ns() - t0) / loops
+
+
+def llmslo(n: int, loops: int) -> float:
+    return _llmslo_loop(Telemetry(version="v1"), n, loops)
 
 
 def llmslo_commit_only(n: int, loops: int) -> float:
@@ -103,7 +120,9 @@ def llmslo_commit_only(n: int, loops: int) -> float:
     tel = Telemetry(version="v1")
     t0 = time.perf_counter_ns()
     for i in range(loops):
-        t = tel.start(f"req-{i}", model="m")
+        t = tel.start(f"req-{i}", model="m", prompt_tokens=100)
+        t.admit()
+        t.schedule()
         commit = t.commit
         for _ in range(n):
             commit()
@@ -111,11 +130,42 @@ def llmslo_commit_only(n: int, loops: int) -> float:
     return (time.perf_counter_ns() - t0) / loops
 
 
-def sink_throughput(rows: int) -> tuple[float, int]:
+def _tracing_case() -> Callable[[int, int], float] | None:
+    try:
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        from llmslo.telemetry import RequestTracing
+    except ImportError:
+        return None
+
+    def llmslo_tracing(n: int, loops: int) -> float:
+        spans = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(spans))
+        meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
+        tel = Telemetry(version="v1", tracing=RequestTracing(tracer_provider=provider, meter_provider=meters))
+        try:
+            return _llmslo_loop(tel, n, loops, after=spans.clear)  # cleared: the exporter would grow forever
+        finally:
+            provider.shutdown()
+            meters.shutdown()
+
+    return llmslo_tracing
+
+
+def sink_throughput(rows: int) -> dict[str, Any]:
+    try:
+        from llmslo.analysis._sink_writers import DuckDBSummaryWriter
+    except ImportError as exc:
+        return {"error": f"needs the analysis extra: {exc}"}
     with temp_dir() as d:
         capacity = 100_000
-        sink = SummarySink(DuckDBWriter(d / "s.duckdb"), capacity=capacity, batch_rows=50_000, flush_interval_s=0.05)
-        template = Telemetry(sink=None)
+        writer = DuckDBSummaryWriter(d / "s.duckdb")
+        template = Telemetry()
         t = template.start("x", model="m", prompt_tokens=10)
         t.commit()
         t.commit()
@@ -123,16 +173,27 @@ def sink_throughput(rows: int) -> tuple[float, int]:
         assert t.summary is not None
         base = t.summary
         made = [{**base, "request_id": f"r{i}"} for i in range(rows)]
-        t0 = time.perf_counter()
+        rss_before = current_rss_mb()
+        sink = SummarySink(writer, capacity=capacity, batch_rows=50_000, flush_interval_s=0.05)
         deepest = 0
-        for row in made:
+        waits = 0
+        t0 = time.perf_counter()
+        for i, row in enumerate(made):
             while sink.queued >= capacity:  # a bench producer waits; a server would drop and count
+                waits += 1
                 time.sleep(0.001)
             sink(row)
-            deepest = max(deepest, sink.queued) if not (len(made) & 1023) else deepest
+            if not i & 1023:
+                deepest = max(deepest, sink.queued)
         sink.close(timeout_s=120)
         elapsed = time.perf_counter() - t0
-        return sink.written / elapsed, sink.dropped["queue_full"] + sink.dropped["store_error"]
+        return {"rate": sink.written / elapsed, "written": sink.written, "stored": writer.rows_written,
+                "lost": sink.dropped["queue_full"] + sink.dropped["store_error"], "deepest": deepest,
+                "capacity": capacity, "waits": waits, "rss_growth_mb": current_rss_mb() - rss_before}
+
+
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
 
 
 def main() -> None:
@@ -143,36 +204,71 @@ def main() -> None:
     args = ap.parse_args()
     fns: dict[str, Callable[[int, int], float]] = {
         "bare append": bare, "(a) prometheus-client": plain_prometheus, "(b) llmslo": llmslo,
-        "(b) llmslo commit() only": llmslo_commit_only,
+        "(b') llmslo commit() only": llmslo_commit_only,
     }
-    res: dict[tuple[str, int], list[float]] = {}
-    for _ in range(args.repeats):
-        for name, fn in fns.items():
-            for n in (1, TOKENS):
-                res.setdefault((name, n), []).append(fn(n, args.loops))
-    rows = []
-    per_token: dict[str, float] = {}
-    fixed: dict[str, float] = {}
-    for name in fns:
-        big, one = median(res[(name, TOKENS)]), median(res[(name, 1)])
-        per_token[name] = (big - one) / (TOKENS - 1)
-        fixed[name] = one - per_token[name]
-        rows.append([name, big / 1000, per_token[name], fixed[name] / 1000])
-    print(f"One request, {TOKENS} tokens, one commit per token; medians of {args.repeats} repeats x {args.loops}")
-    print(table(["method", "per request (us)", "per token (ns)", "fixed per request (us)"], rows))
-    b_req, a_req = median(res[("(b) llmslo", TOKENS)]), median(res[("(a) prometheus-client", TOKENS)])
+    tracing = _tracing_case()
+    if tracing is not None:
+        fns["(c) llmslo + tracing (in-memory)"] = tracing
+    names = list(fns)
+    # per repeat: name -> (per request 256 tokens ns, per token ns, fixed ns)
+    per_repeat: list[dict[str, tuple[float, float, float]]] = []
+    for r in range(args.repeats):
+        order = names[r % len(names):] + names[:r % len(names)]
+        res: dict[str, tuple[float, float, float]] = {}
+        for name in order:
+            fn = fns[name]
+            fn(TOKENS, max(1, args.loops // 20))  # warm up
+            gc.collect()
+            big = fn(TOKENS, args.loops)
+            one = fn(1, args.loops * 4)
+            tok = (big - one) / (TOKENS - 1)
+            res[name] = (big, tok, one - tok)
+        per_repeat.append(res)
+
+    def med(name: str, i: int) -> float:
+        return median([rep[name][i] for rep in per_repeat])
+
+    def med_ratio(num: str, den: str, i: int, j: int | None = None) -> float:
+        return median([rep[num][i] / rep[den][i if j is None else j] for rep in per_repeat])
+
+    print(f"One request, {TOKENS} tokens, one commit per token; medians of {args.repeats} repeats "
+          f"x {args.loops} requests (order rotated per repeat)")
+    print(table(["method", "per request (us)", "per token (ns)", "fixed per request (us)"],
+                [[n, med(n, 0) / 1000, med(n, 1), med(n, 2) / 1000] for n in names]))
+    per_token_x = med_ratio("(b) llmslo", "bare append", 1)
+    commit_x = med_ratio("(b') llmslo commit() only", "bare append", 1)
+    fixed_us = med("(b) llmslo", 2) / 1000
+    vs_prom = med_ratio("(a) prometheus-client", "(b) llmslo", 0)
+    checks = [
+        ["(b) per token / bare append", per_token_x, f"<= {TARGET_PER_TOKEN_X:g}",
+         _verdict(per_token_x <= TARGET_PER_TOKEN_X)],
+        ["(b) fixed per request (us)", fixed_us, f"<= {TARGET_FIXED_US:g}", _verdict(fixed_us <= TARGET_FIXED_US)],
+        ["(a) / (b) per request", vs_prom, f">= {TARGET_VS_PROMETHEUS_X:g}",
+         _verdict(vs_prom >= TARGET_VS_PROMETHEUS_X)],
+        ["(b') commit() per token / bare append (info)", commit_x, "-", ""],
+    ]
+    if tracing is not None:
+        c = "(c) llmslo + tracing (in-memory)"
+        checks.append(["(c) fixed per request (us) (info)", med(c, 2) / 1000, "-", ""])
+        checks.append(["(c) / (b) per request (info)", med_ratio(c, "(b) llmslo", 0), "-", ""])
+    else:
+        checks.append(["(c) tracing", "not measured: the otlp extra is missing", "-", ""])
     print()
-    print(table(["check", "figure", "target", "ok"], [
-        ["(b) per token / bare append", per_token["(b) llmslo"] / per_token["bare append"], "<= 2", ""],
-        ["(b) commit() per token / bare append",
-         per_token["(b) llmslo commit() only"] / per_token["bare append"], "<= 2", ""],
-        ["(b) fixed per request (us)", fixed["(b) llmslo"] / 1000, "<= 20", ""],
-        ["(a) / (b) per request", a_req / b_req, ">= 5", ""],
+    print(table(["check", "figure", "target", "verdict"], checks))
+    sink = sink_throughput(args.sink_rows)
+    print()
+    if "error" in sink:
+        print(f"sink: not measured ({sink['error']})")
+        return
+    bounded = sink["deepest"] <= sink["capacity"]
+    print(table(["sink (SummarySink -> DuckDBSummaryWriter, on-disk file)", "figure", "target", "verdict"], [
+        ["summaries/s (until close() returned)", sink["rate"], f">= {TARGET_SINK_PER_S:,}",
+         _verdict(sink["rate"] >= TARGET_SINK_PER_S)],
+        ["deepest queue / capacity", f"{sink['deepest']:,} / {sink['capacity']:,}", "<= capacity",
+         _verdict(bounded)],
+        ["RSS growth while sinking (MiB, info)", sink["rss_growth_mb"], "-", ""],
+        ["written / stored / lost", f"{sink['written']:,} / {sink['stored']:,} / {sink['lost']:,}", "-", ""],
     ]))
-    print("(c) llmslo with tracing to an in-memory exporter: not measured (tracing not implemented)")
-    rate, lost = sink_throughput(args.sink_rows)
-    print()
-    print(table(["sink", "summaries/s", "target", "lost"], [["SummarySink -> DuckDB store", rate, ">= 50,000", lost]]))
 
 
 if __name__ == "__main__":

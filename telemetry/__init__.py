@@ -1,17 +1,18 @@
 """What an LLM server imports: the request lifecycle, bounded streams, metrics, traces and the summary contract.
 
-Importing this package never loads polars, duckdb, scipy, numpy, typer or streamlit (the summary sink's
-DuckDB and Parquet writers import theirs when they start; tracing imports OpenTelemetry when configured).
+Importing this package never loads polars, duckdb, pyarrow, scipy, numpy, typer, streamlit or OpenTelemetry
+(the summary sink's DuckDB and Parquet writers live in ``llmslo.analysis``; :class:`RequestTracing` imports
+OpenTelemetry when it is constructed).
 """
 
 from llmslo.telemetry._buckets import DEFAULT_BUCKETS_S
 from llmslo.telemetry._errors import ConfigurationError, LlmsloError
 from llmslo.telemetry._exposition import MetricsServer, metrics_app, render_metrics
+from llmslo.telemetry._gpu import GpuSample, GpuSampler, SampleSink
 from llmslo.telemetry._guard import Guard
 from llmslo.telemetry._labels import FORBIDDEN_LABELS, LabelPolicy
 from llmslo.telemetry._lifecycle import RequestScope, RequestTracker, Telemetry, current_tracker
 from llmslo.telemetry._metrics import TelemetryMetrics
-from llmslo.telemetry._gpu import GpuSample, GpuSampler, SampleSink
 from llmslo.telemetry._names import (
     BREAKER_STATES,
     LABELS,
@@ -34,8 +35,9 @@ from llmslo.telemetry._names import (
     MetricType,
     RecordingRule,
 )
+from llmslo.telemetry._otel import OtlpExport, RequestTracing
 from llmslo.telemetry._policy import SloPolicy
-from llmslo.telemetry._sink import DuckDBWriter, JsonlWriter, SummarySink, SummaryWriter
+from llmslo.telemetry._sink import JsonlWriter, SummarySink, SummaryWriter
 from llmslo.telemetry._streams import (
     SendQueue,
     StreamClosed,
@@ -77,7 +79,6 @@ __all__ = [
     "ConfigurationError",
     "DECODE_SQL",
     "DEFAULT_BUCKETS_S",
-    "DuckDBWriter",
     "FINISH_REASONS",
     "FORBIDDEN_LABELS",
     "FinishReason",
@@ -98,12 +99,14 @@ __all__ = [
     "MetricsServer",
     "OBSERVATION_DROP_REASONS",
     "OVERFLOW_VALUE",
+    "OtlpExport",
     "RECORDING_RULES",
     "REJECT_REASONS",
     "RULES",
     "RecordingRule",
     "RejectReason",
     "RequestScope",
+    "RequestTracing",
     "RequestTracker",
     "Rule",
     "SCHEMA_VERSION",

@@ -22,8 +22,9 @@ import inspect
 import threading
 import time
 import uuid
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
+from itertools import islice
 from operator import sub
 from typing import Any, ParamSpec, Protocol, TypeVar
 
@@ -33,7 +34,7 @@ from llmslo.telemetry import _names as N
 from llmslo.telemetry._errors import ConfigurationError
 from llmslo.telemetry._guard import Guard
 from llmslo.telemetry._labels import LabelPolicy
-from llmslo.telemetry._metrics import TelemetryMetrics, exemplar_labels
+from llmslo.telemetry._metrics import EXEMPLAR_MAX_CHARS, TelemetryMetrics, exemplar_labels
 from llmslo.telemetry._policy import SloPolicy
 from llmslo.telemetry._summary import FINISH_REASONS, REJECT_REASONS, tpot_s
 
@@ -42,6 +43,8 @@ R = TypeVar("R")
 
 SummaryRow = dict[str, object]
 Sink = Callable[[SummaryRow], object]
+
+_EXEMPLAR_ID_CHARS = EXEMPLAR_MAX_CHARS - len("request_id")
 
 _CURRENT: contextvars.ContextVar[RequestTracker | None] = contextvars.ContextVar("llmslo_tracker", default=None)
 
@@ -128,8 +131,9 @@ class Telemetry:
         self.guard = guard if guard is not None else Guard()
         self.guard.on_error = lambda site: self.metrics.count(N.INTERNAL_ERRORS.key)
         self.guard.on_drop = lambda reason: self.metrics.count(N.OBSERVATIONS_DROPPED.key, {"reason": reason})
+        # Trackers not yet terminal. Single dict operations are atomic in CPython, so adding and removing need
+        # no lock; readers take a copy.
         self._live: dict[int, RequestTracker] = {}
-        self._live_lock = threading.Lock()
         self._draining = False
 
     # ---- requests ----------------------------------------------------------------------------------------
@@ -213,8 +217,7 @@ class Telemetry:
 
     def in_flight(self) -> list[RequestTracker]:
         """The trackers not yet at their terminal state."""
-        with self._live_lock:
-            return list(self._live.values())
+        return list(self._live.copy().values())
 
     def finish_all(self, reason: str = "server_draining") -> int:
         """Finish every in-flight request with ``reason`` (e.g. when the drain budget is spent); how many won."""
@@ -322,8 +325,7 @@ class RequestTracker:
         self.ignored: dict[str, int] = {}
         self.released = 0
         self.summary: SummaryRow | None = None
-        with tel._live_lock:
-            tel._live[id(self)] = self
+        tel._live[id(self)] = self
         if tel.tracing is not None:
             try:
                 self._span = tel.tracing.start_request(self)
@@ -362,9 +364,8 @@ class RequestTracker:
                 if self.finish_reason is not None or self.admitted_ns is not None:
                     return
                 self.admitted_ns = self._clock()
-            m, labels = self._tel.metrics, {"model": self.model}
-            m.gauge_add(N.IN_FLIGHT.key, labels, 1)
-            m.gauge_add(N.QUEUED.key, labels, 1)
+            m = self._tel.metrics
+            m.request_admitted(m.model_labels(self.model))
         except Exception as exc:
             self._tel.guard.error("admit", exc)
 
@@ -377,7 +378,8 @@ class RequestTracker:
                 self.scheduled_ns = self._clock()
                 queued = self.admitted_ns is not None
             if queued:
-                self._tel.metrics.gauge_add(N.QUEUED.key, {"model": self.model}, -1)
+                m = self._tel.metrics
+                m.request_scheduled(m.model_labels(self.model))
         except Exception as exc:
             self._tel.guard.error("schedule", exc)
 
@@ -412,6 +414,15 @@ class RequestTracker:
         except Exception as exc:
             self._tel.guard.error("tracing.trace_id", exc)
             return None
+
+    @property
+    def exposed_model(self) -> str:
+        """The model as the metrics expose it (``other`` beyond the label policy's bound)."""
+        return self._tel.metrics.model_labels(self.model)[0]
+
+    def record_error(self, site: str, exc: BaseException) -> None:
+        """Count and (rate-limited) log an exception caught at ``site`` by code working for this request."""
+        self._tel.guard.error(site, exc)
 
     @property
     def span(self) -> object:
@@ -476,9 +487,9 @@ class RequestTracker:
             except Exception as exc:
                 tel.guard.error("finish.ignored", exc)
             return False
-        with tel._live_lock:
-            tel._live.pop(id(self), None)
-        self._release(resources)
+        tel._live.pop(id(self), None)
+        if resources:
+            self._release(resources)
         try:
             self._complete(now)
         except Exception as exc:
@@ -511,6 +522,7 @@ class RequestTracker:
             if ttft is not None and queue > ttft:
                 queue = ttft
         sent = min(self.sent_tokens, generated)
+        e2e = (finish_ns - a) / 1e9
         row: SummaryRow = {
             "request_id": self.request_id,
             "model": self.model,
@@ -523,7 +535,7 @@ class RequestTracker:
             "queue_s": queue,
             "ttft_s": ttft,
             "last_token_s": last,
-            "e2e_s": (finish_ns - a) / 1e9,
+            "e2e_s": e2e,
             "prompt_tokens": self.prompt_tokens,
             "proposed_tokens": self.proposed_tokens,
             "generated_tokens": generated,
@@ -537,17 +549,17 @@ class RequestTracker:
             row["itl_s"] = itl[3] if itl is not None else None
         tpot = tpot_s(ttft, last, generated)
         self.summary = row
-        verdicts = [(p.name, p.is_good(row)) for p in tel.policies.values() if p.name == self.slo_class]
-        trace_id = self.trace_id()
-        ex = exemplar_labels(self.request_id, trace_id)
-        if self.admitted_ns is not None:
-            labels = {"model": self.model}
-            m.gauge_add(N.IN_FLIGHT.key, labels, -1)
-            if self.scheduled_ns is None:
-                m.gauge_add(N.QUEUED.key, labels, -1)
-        m.record_request(row, tpot=tpot, labels=m.request_labels(self.model, self.version, self.tenant_class),
-                         itl_counts=itl[0] if itl else None, itl_sum_s=itl[1] if itl else 0.0,
-                         itl_max_s=itl[2] if itl else 0.0, exemplar=ex, verdicts=verdicts)
+        policy = tel.policies[self.slo_class]
+        rid = self.request_id
+        ex = (exemplar_labels(rid, self.trace_id()) if self._span is not None
+              else {"request_id": rid if len(rid) <= _EXEMPLAR_ID_CHARS else rid[:_EXEMPLAR_ID_CHARS]})
+        m.record_request(m.request_labels(self.model, self.version, self.tenant_class),
+                         finish_reason=self.finish_reason or "error", reject_reason=self.reject_reason,
+                         intervals=(ttft, e2e, queue, self.client_ttft_s),
+                         tpot=tpot, itl=itl[:3] if itl is not None else None,
+                         tokens=(self.prompt_tokens, self.proposed_tokens, generated, sent), exemplar=ex,
+                         verdicts=((policy.name, policy.is_good(row)),),
+                         admitted=self.admitted_ns is not None, scheduled=self.scheduled_ns is not None)
         if tel.sink is not None:
             try:
                 tel.sink(row)
@@ -572,33 +584,44 @@ def itl_histogram(times: Sequence[int], n: int, multi: Mapping[int, int] | None,
     """Token-weighted inter-token gaps of the first ``n`` commit times (ns), counted per bucket.
 
     A commit of ``k`` tokens after a gap ``g`` adds ``k`` samples of ``g / k``. Returns non-cumulative
-    counts per bound (``+Inf`` last), their sum and their maximum in seconds, and (``keep_gaps``) the gaps
-    in seconds in commit order; ``None`` with fewer than two commits.
+    counts per bound (``+Inf`` last; a gap equal to a bound counts in that bound's bucket), their sum and
+    their maximum in seconds, and (``keep_gaps``) the gaps in seconds in commit order; ``None`` with fewer
+    than two commits.
+
+    When the smallest and the largest gap share a bucket (a steady stream) that bucket takes them all.
+    Otherwise the gaps are sorted once (in C) and each bound is located by bisection: measured here on 255
+    gaps, about half the cost of bisecting every gap into the bounds (``map(bisect_left, ...)`` plus a
+    count) and far below a Python loop.
     """
     if n < 2:
         return None
-    t = times[:n]
-    if multi is None or not any(i < n for i in multi if i > 0):
-        gaps: list[float] | list[int] = list(map(sub, t[1:], t[:-1]))
-        ordered = list(gaps) if keep_gaps else None
+    gaps: list[int] | list[float]
+    if multi is None or not any(0 < i < n for i in multi):
+        gaps = list(map(sub, islice(times, 1, n), times))
     else:
         weighted: list[float] = []
         for i in range(1, n):
-            g = t[i] - t[i - 1]
+            g = times[i] - times[i - 1]
             k = multi.get(i, 1)
             if k == 1:
                 weighted.append(g)
             else:
                 weighted.extend([g / k] * k)
         gaps = weighted
-        ordered = list(weighted) if keep_gaps else None
+    ordered = [g / 1e9 for g in gaps] if keep_gaps else None
+    total_s = (times[n - 1] - times[0]) / 1e9
+    hi = max(gaps)
+    first = bisect_left(bounds_ns, min(gaps))
+    if first == bisect_left(bounds_ns, hi):  # a steady stream: every gap in one bucket, nothing to sort
+        counts = [0] * (len(bounds_ns) + 1)
+        counts[first] = len(gaps)
+        return counts, total_s, hi / 1e9, ordered
     gaps.sort()
-    counts: list[int] = []
+    counts = []
     prev = 0
     for b in bounds_ns:
         c = bisect_right(gaps, b)
         counts.append(c - prev)
         prev = c
     counts.append(len(gaps) - prev)
-    total_s = (t[-1] - t[0]) / 1e9
-    return counts, total_s, gaps[-1] / 1e9, [g / 1e9 for g in ordered] if ordered is not None else None
+    return counts, total_s, hi / 1e9, ordered

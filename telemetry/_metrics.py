@@ -5,9 +5,12 @@ TTFT), counters (the four token counts, requests by finish reason, rejections, i
 goodput, drops, internal errors) and gauges (in flight, queued, queue capacity, paused streams, draining,
 breaker state). A request updates them in one step at its terminal state, under one lock; the inter-token
 gaps of a request arrive already counted per bucket, so a 256-token reply costs one merge, not 256
-observations. Exemplars (``request_id``, ``trace_id``) ride on histogram buckets and counters and are
-exposed only in the OpenMetrics format; they are not available in prometheus-client's multiprocess mode
-(one collector per process, which is what this is).
+observations. Exemplars (``request_id``, ``trace_id``) ride on histogram buckets (the observed value) and
+counters (the request's increment, e.g. its 256 generated tokens) and are exposed only in the OpenMetrics
+format; they are not available in prometheus-client's multiprocess mode (one collector per process, which
+is what this is). They are kept as plain tuples and turned into prometheus-client exemplars only when
+scraped. The GPU gauges of the catalogue belong to :class:`llmslo.telemetry.GpuSampler`, not to this
+collector.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import math
 import threading
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from operator import add
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import (
@@ -42,6 +46,17 @@ EXEMPLAR_MAX_CHARS = 128
 _THRESHOLD_BUCKETS = {"ttft_s": "ttft_s", "tpot_s": "tpot_s", "e2e_s": "e2e_s"}
 
 LabelValues = tuple[str, ...]
+ExemplarData = tuple[dict[str, str], float, float]
+"""An exemplar as stored: its labels, the observed value or increment, its Unix timestamp (seconds)."""
+
+_OWNED: tuple[N.Metric, ...] = tuple(m for m in N.METRICS if "gpu" not in m.labels)
+"""The catalogue metrics this collector exposes (the GPU gauges are the GPU sampler's)."""
+
+_SERIES_HISTOGRAMS: tuple[str, ...] = (N.TTFT.key, N.E2E.key, N.QUEUE.key, N.CLIENT_TTFT.key, N.TPOT.key, N.ITL.key)
+"""The per-request histograms, in the order of :class:`_Series` (the first four are ``intervals``)."""
+_TOKEN_COUNTERS: tuple[str, ...] = (
+    N.PROMPT_TOKENS.key, N.PROPOSED_TOKENS.key, N.GENERATED_TOKENS.key, N.SENT_TOKENS.key)
+_LABEL_CACHE_MAX = 4096
 
 
 def validate_buckets(field: str, bounds: Sequence[float]) -> tuple[float, ...]:
@@ -75,7 +90,7 @@ class _Hist:
     def __init__(self, n: int) -> None:
         self.counts = [0] * (n + 1)
         self.sum = 0.0
-        self.exemplars: list[Exemplar | None] = [None] * (n + 1)
+        self.exemplars: list[ExemplarData | None] = [None] * (n + 1)
 
 
 class _Counter:
@@ -83,7 +98,24 @@ class _Counter:
 
     def __init__(self) -> None:
         self.value = 0.0
-        self.exemplar: Exemplar | None = None
+        self.exemplar: ExemplarData | None = None
+
+
+class _Series:
+    """Direct references to the children of one request-label combination (no per-request dict lookups).
+
+    Histogram and token-counter children are created at their first observation, as the exposition shows
+    only children that were observed; ``outcomes`` maps (finish reason, reject reason, verdicts) to the
+    counters such a request increments by one.
+    """
+
+    __slots__ = ("hists", "model", "outcomes", "tokens")
+
+    def __init__(self) -> None:
+        self.hists: list[_Hist | None] = [None] * len(_SERIES_HISTOGRAMS)
+        self.tokens: list[_Counter | None] = [None] * len(_TOKEN_COUNTERS)
+        self.outcomes: dict[tuple[object, ...], tuple[_Counter, ...]] = {}
+        self.model: LabelValues | None = None
 
 
 class TelemetryMetrics(Collector):
@@ -135,6 +167,16 @@ class TelemetryMetrics(Collector):
         self._gauges: dict[str, dict[LabelValues, float]] = {m.key: {} for m in N.METRICS if m.type == "gauge"}
         self._counters[N.INTERNAL_ERRORS.key][()] = _Counter()
         self._gauges[N.DRAINING.key][()] = 0.0
+        # Per-request label resolution is cached: LabelPolicy.resolve gives a value the same answer forever
+        # (an open label's set of seen values only grows), so a cached answer never goes stale.
+        self._request_label_cache: dict[tuple[str, str, str], LabelValues] = {}
+        self._model_label_cache: dict[str, LabelValues] = {}
+        self._series: dict[LabelValues, _Series] = {}
+        self._hist_bounds: tuple[tuple[float, ...], ...] = tuple(
+            chosen[N.METRICS_BY_KEY[key].source or key] for key in _SERIES_HISTOGRAMS)
+        self._narrowed: dict[str, dict[str, tuple[str, ...]]] = {m.key: dict(m.narrowed) for m in N.METRICS}
+        self._tpot_bounds = chosen["tpot_s"]
+        self._itl_bounds = chosen["itl_s"]
         self.registry = registry if registry is not None else CollectorRegistry()
         self.registry.register(self)
 
@@ -142,8 +184,29 @@ class TelemetryMetrics(Collector):
 
     def request_labels(self, model: str, version: str, tenant_class: str) -> LabelValues:
         """The exposed ``(model, version, tenant_class)`` of a request (``other`` beyond the bounds)."""
+        key = (model, version, tenant_class)
+        cached = self._request_label_cache.get(key)
+        if cached is not None:
+            return cached
         r = self.labels.resolve
-        return (r("model", model), r("version", version), r("tenant_class", tenant_class))
+        values = (r("model", model), r("version", version), r("tenant_class", tenant_class))
+        cache = self._request_label_cache
+        if len(cache) >= _LABEL_CACHE_MAX:
+            cache.clear()  # bounded memory whatever the servers sends
+        cache[key] = values
+        return values
+
+    def model_labels(self, model: str) -> LabelValues:
+        """The exposed ``(model,)`` of the per-model gauges (in flight, queued, paused streams)."""
+        cached = self._model_label_cache.get(model)
+        if cached is not None:
+            return cached
+        values = (self.labels.resolve("model", model),)
+        cache = self._model_label_cache
+        if len(cache) >= _LABEL_CACHE_MAX:
+            cache.clear()
+        cache[model] = values
+        return values
 
     def exemplar(self, labels: dict[str, str], value: float) -> Exemplar:
         """An exemplar with ``labels`` for an observation ``value``, stamped with the injected wall clock."""
@@ -151,19 +214,7 @@ class TelemetryMetrics(Collector):
 
     # ---- updates (callers guard them) ------------------------------------------------------------------
 
-    def _observe(self, key: str, labels: LabelValues, value: float, ex: dict[str, str] | None) -> None:
-        bounds = self.bounds_s[N.METRICS_BY_KEY[key].source or key]
-        children = self._hist[key]
-        h = children.get(labels)
-        if h is None:
-            h = children[labels] = _Hist(len(bounds))
-        i = bisect_left(bounds, value)
-        h.counts[i] += 1
-        h.sum += value
-        if ex is not None:
-            h.exemplars[i] = self.exemplar(ex, value)
-
-    def _inc(self, key: str, labels: LabelValues, amount: float, ex: Exemplar | None = None) -> None:
+    def _inc(self, key: str, labels: LabelValues, amount: float, ex: ExemplarData | None = None) -> None:
         children = self._counters[key]
         c = children.get(labels)
         if c is None:
@@ -172,54 +223,121 @@ class TelemetryMetrics(Collector):
         if ex is not None:
             c.exemplar = ex
 
-    def record_request(self, row: Mapping[str, object], *, tpot: float | None, labels: LabelValues,
-                       itl_counts: Sequence[int] | None, itl_sum_s: float, itl_max_s: float,
-                       exemplar: dict[str, str] | None, verdicts: Iterable[tuple[str, bool]]) -> None:
+    def request_admitted(self, model: LabelValues) -> None:
+        """A request of ``model`` (resolved, see :meth:`model_labels`) was admitted: in flight and queued +1."""
+        with self._lock:
+            for key in ("in_flight", "queued"):
+                g = self._gauges[key]
+                g[model] = g.get(model, 0.0) + 1
+
+    def request_scheduled(self, model: LabelValues) -> None:
+        """An admitted request of ``model`` joined a batch: queued -1."""
+        with self._lock:
+            g = self._gauges["queued"]
+            g[model] = g.get(model, 0.0) - 1
+
+    def _series_of(self, labels: LabelValues) -> _Series:
+        series = self._series.get(labels)
+        if series is None:  # at most one per exposed label combination: bounded by the label policy
+            series = self._series[labels] = _Series()
+        return series
+
+    def record_request(self, labels: LabelValues, *, finish_reason: str, reject_reason: str | None,
+                       intervals: tuple[float | None, float | None, float | None, float | None],
+                       tpot: float | None, itl: tuple[Sequence[int], float, float] | None,
+                       tokens: tuple[int, int, int, int], exemplar: dict[str, str] | None,
+                       verdicts: tuple[tuple[str, bool], ...], admitted: bool = False,
+                       scheduled: bool = False) -> None:
         """Fold one finished request into the metrics in one step.
 
-        ``row`` is its request summary (intervals in seconds), ``tpot`` its TPOT (seconds, ``None`` for a
-        reply of at most one token), ``labels`` its resolved request labels,
-        ``itl_counts`` its token-weighted inter-token gaps counted per ITL bucket (non-cumulative, ``+Inf``
-        last), ``itl_sum_s`` their sum and ``itl_max_s`` the largest gap (the exemplar's value), seconds.
-        ``verdicts`` are ``(slo_class, good)`` pairs.
+        ``labels`` are its resolved request labels; ``intervals`` its TTFT, e2e, queue and client TTFT
+        (seconds or ``None``), ``tpot`` its TPOT (seconds, ``None`` for a reply of at most one token),
+        ``itl`` its token-weighted inter-token gaps counted per ITL bucket (non-cumulative, ``+Inf`` last),
+        their sum and the largest gap (the exemplar's value), seconds; ``tokens`` its prompt, proposed,
+        generated and sent token counts. ``verdicts`` are ``(slo_class, good)`` pairs. ``admitted`` and
+        ``scheduled`` say which gauges the request still holds (in flight; queued when never scheduled).
+        Each histogram observation carries at most one exemplar; counters carry their increment.
         """
-        resolve = self.labels.resolve
-        reason = resolve("finish_reason", row["finish_reason"])
-        ex_obj = self.exemplar(exemplar, 1.0) if exemplar is not None else None
+        series = self._series_of(labels)
+        outcome_key = (finish_reason, reject_reason, verdicts)
+        outcome = series.outcomes.get(outcome_key)
+        ts = self._clock_unix_s() if exemplar is not None else 0.0
         with self._lock:
-            for key in ("ttft", "e2e", "queue", "client_ttft"):
-                source = N.METRICS_BY_KEY[key].source
-                value = row.get(source) if source else None
-                if isinstance(value, (int, float)):
-                    self._observe(key, labels, float(value), exemplar)
-            if tpot is not None:
-                self._observe("tpot", labels, tpot, exemplar)
-            if itl_counts is not None:
-                children = self._hist["itl"]
-                h = children.get(labels)
+            hists = series.hists
+            for k, value in enumerate(intervals):
+                if value is None:
+                    continue
+                h = hists[k]
                 if h is None:
-                    h = children[labels] = _Hist(len(self.itl_bounds_ns))
-                counts = h.counts
-                for i, n in enumerate(itl_counts):
-                    if n:
-                        counts[i] += n
+                    h = hists[k] = self._new_hist(k, labels)
+                i = bisect_left(self._hist_bounds[k], value)
+                h.counts[i] += 1
+                h.sum += value
+                if exemplar is not None:
+                    h.exemplars[i] = (exemplar, value, ts)
+            if tpot is not None:
+                h = hists[4]
+                if h is None:
+                    h = hists[4] = self._new_hist(4, labels)
+                i = bisect_left(self._tpot_bounds, tpot)
+                h.counts[i] += 1
+                h.sum += tpot
+                if exemplar is not None:
+                    h.exemplars[i] = (exemplar, tpot, ts)
+            if itl is not None:
+                itl_counts, itl_sum_s, itl_max_s = itl
+                h = hists[5]
+                if h is None:
+                    h = hists[5] = self._new_hist(5, labels)
+                h.counts = list(map(add, h.counts, itl_counts))
                 h.sum += itl_sum_s
                 if exemplar is not None:
-                    i = bisect_left(self.bounds_s["itl_s"], itl_max_s)
-                    h.exemplars[i] = self.exemplar(exemplar, itl_max_s)
-            for key in ("prompt_tokens", "proposed_tokens", "generated_tokens", "sent_tokens"):
-                amount = row.get(key)
-                if isinstance(amount, int) and amount:
-                    self._inc(key, labels, amount, ex_obj)
-            self._inc("requests", (*labels, reason), 1, ex_obj)
-            if row["finish_reason"] == "rejected":
-                self._inc("rejected_requests", (*labels, resolve("reject_reason", row.get("reject_reason"))), 1,
-                          ex_obj)
-            for slo_class, good in verdicts:
-                sl = (*labels, resolve("slo_class", slo_class))
-                self._inc("goodput_attempted", sl, 1, ex_obj)
-                if good:
-                    self._inc("goodput_good", sl, 1, ex_obj)
+                    h.exemplars[bisect_left(self._itl_bounds, itl_max_s)] = (exemplar, itl_max_s, ts)
+            counters = series.tokens
+            for k, amount in enumerate(tokens):
+                if amount:
+                    c = counters[k]
+                    if c is None:
+                        c = counters[k] = self._counters[_TOKEN_COUNTERS[k]].setdefault(labels, _Counter())
+                    c.value += amount
+                    if exemplar is not None:
+                        c.exemplar = (exemplar, float(amount), ts)
+            if outcome is None:
+                outcome = series.outcomes[outcome_key] = tuple(
+                    self._counters[ckey].setdefault(clabels, _Counter())
+                    for ckey, clabels in self._derive(labels, finish_reason, reject_reason, verdicts))
+            one = (exemplar, 1.0, ts) if exemplar is not None else None
+            for c in outcome:
+                c.value += 1
+                if one is not None:
+                    c.exemplar = one
+            if admitted:
+                model = series.model
+                if model is None:
+                    model = series.model = labels[:1]
+                g = self._gauges["in_flight"]
+                g[model] = g.get(model, 0.0) - 1
+                if not scheduled:
+                    g = self._gauges["queued"]
+                    g[model] = g.get(model, 0.0) - 1
+
+    def _new_hist(self, k: int, labels: LabelValues) -> _Hist:
+        return self._hist[_SERIES_HISTOGRAMS[k]].setdefault(labels, _Hist(len(self._hist_bounds[k])))
+
+    def _derive(self, labels: LabelValues, finish_reason: object, reject_reason: object,
+                verdicts: tuple[tuple[str, bool], ...]) -> tuple[tuple[str, LabelValues], ...]:
+        """The counters (catalogue key, label values) a request with these labels and outcome increments by 1."""
+        resolve = self.labels.resolve
+        incs: list[tuple[str, LabelValues]] = [("requests", (*labels, resolve("finish_reason", finish_reason)))]
+        if finish_reason == "rejected":
+            incs.append(("rejected_requests", (*labels, resolve("reject_reason", reject_reason))))
+        for slo_class, good in verdicts:
+            sl = (*labels, resolve("slo_class", slo_class))
+            incs.append(("goodput_attempted", sl))
+            if good:
+                incs.append(("goodput_good", sl))
+        derived = tuple(incs)
+        return derived
 
     def count(self, key: str, labels: Mapping[str, str] | None = None, amount: float = 1) -> None:
         """Add ``amount`` to counter ``key`` (a catalogue key) with ``labels`` resolved under the policy."""
@@ -246,10 +364,10 @@ class TelemetryMetrics(Collector):
             self.gauge_set(N.BREAKER_STATE.key, {"breaker": breaker, "state": s}, 1.0 if s == state else 0.0)
 
     def _resolve(self, key: str, labels: Mapping[str, str]) -> LabelValues:
-        metric = N.METRICS_BY_KEY[key]
+        narrowed = self._narrowed[key]
         return tuple(
-            self.labels.resolve(name, labels.get(name, ""), dict(metric.narrowed).get(name))
-            for name in metric.labels
+            self.labels.resolve(name, labels.get(name, ""), narrowed.get(name))
+            for name in N.METRICS_BY_KEY[key].labels
         )
 
     # ---- reading -----------------------------------------------------------------------------------------
@@ -277,7 +395,7 @@ class TelemetryMetrics(Collector):
         """The metric families, in catalogue order, children sorted by label values (deterministic text)."""
         with self._lock:
             families: list[PromMetric] = []
-            for metric in N.METRICS:
+            for metric in _OWNED:
                 if metric.type == "histogram":
                     bounds = self.bounds_s[metric.source or metric.key]
                     hf = HistogramMetricFamily(metric.name, metric.help, labels=metric.labels)
@@ -288,13 +406,14 @@ class TelemetryMetrics(Collector):
                             running += h.counts[i]
                             ex = h.exemplars[i]
                             le_s = "+Inf" if le == math.inf else repr(le)
-                            buckets.append((le_s, running, ex) if ex is not None else (le_s, running))
+                            buckets.append((le_s, running, Exemplar(*ex)) if ex is not None else (le_s, running))
                         hf.add_metric(values, buckets, h.sum)
                     families.append(hf)
                 elif metric.type == "counter":
                     cf = CounterMetricFamily(metric.name, metric.help, labels=metric.labels)
                     for values, c in sorted(self._counters[metric.key].items()):
-                        cf.add_metric(values, c.value, exemplar=c.exemplar)
+                        cf.add_metric(values, c.value,
+                                      exemplar=Exemplar(*c.exemplar) if c.exemplar is not None else None)
                     families.append(cf)
                 else:
                     gf = GaugeMetricFamily(metric.name, metric.help, labels=metric.labels)

@@ -2,17 +2,18 @@
 
 The request path only appends to the queue (a few hundred nanoseconds); when the queue is full the summary
 is dropped and counted (``llmslo_summaries_dropped_total{reason="queue_full"}``). The writer thread takes
-batches and hands them to a writer: the DuckDB request-summary store, or rotated JSONL files. A failing
-write (locked file, full disk) is retried with exponential backoff and counted, never raised; whatever is
-still unwritten when the sink closes past its deadline is dropped and counted (``store_error``).
+batches and hands them to a writer: rotated JSONL files (:class:`JsonlWriter`, standard library), or, with
+the ``analysis`` extra, the DuckDB request-summary store or rotated Parquet files
+(``llmslo.analysis.DuckDBSummaryWriter``, ``llmslo.analysis.ParquetSummaryWriter``); any object with
+``write(rows)`` and ``close()`` will do (:class:`SummaryWriter`). A failing write (locked file, full disk) is
+retried with exponential backoff and counted, never raised; whatever is still unwritten when the sink closes
+past its deadline is dropped and counted (``store_error``).
 
-The DuckDB writer imports the analysis extra (duckdb, pyarrow) only when it starts, so importing
-``llmslo.telemetry`` loads neither.
+The telemetry never imports the analysis package: a server that wants DuckDB passes the writer in.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import threading
@@ -36,45 +37,6 @@ class SummaryWriter(Protocol):
     def write(self, rows: Sequence[Row]) -> None: ...
 
     def close(self) -> None: ...
-
-
-class DuckDBWriter:
-    """Appends batches to the request-summary store at ``path`` (a DuckDB file, created if missing).
-
-    Needs the ``analysis`` extra; raises :class:`ConfigurationError` with the install hint at the first write
-    when it is missing.
-    """
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self._store: Any = None
-        self._schema: Any = None
-        self._pa: Any = None
-
-    def _open(self) -> Any:
-        if self._store is None:
-            try:
-                # Imported by name, at run time: the telemetry package itself never depends on analysis.
-                analysis = importlib.import_module("llmslo.analysis")
-                self._pa = importlib.import_module("pyarrow")
-            except ImportError as exc:
-                raise ConfigurationError(
-                    f"DuckDBWriter: needs the analysis extra (pip install 'llmslo[analysis]'): {exc}") from None
-            self._schema = analysis.arrow_schema()
-            self._store = analysis.Store.open(self.path)
-        return self._store
-
-    def write(self, rows: Sequence[Row]) -> None:
-        store = self._open()
-        names = self._schema.names
-        columns = {n: [r.get(n) for r in rows] for n in names}
-        table = self._pa.Table.from_pydict(columns, schema=self._schema)
-        store.ingest_frame(table, source="<sink>", skip_invalid=True)
-
-    def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
-            self._store = None
 
 
 class JsonlWriter:
@@ -120,7 +82,9 @@ class SummarySink:
 
     Example::
 
-        sink = SummarySink(DuckDBWriter("summaries.duckdb"))
+        from llmslo.analysis import DuckDBSummaryWriter   # the analysis extra
+
+        sink = SummarySink(DuckDBSummaryWriter("summaries.duckdb"))
         tel = Telemetry(sink=sink)
         ...
         sink.close()

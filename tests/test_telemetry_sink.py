@@ -6,8 +6,11 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
 from llmslo.analysis import Store
-from llmslo.telemetry import DuckDBWriter, JsonlWriter, SummarySink, Telemetry, validate_summary
+from llmslo.analysis._sink_writers import DuckDBSummaryWriter, ParquetSummaryWriter
+from llmslo.telemetry import JsonlWriter, SummarySink, Telemetry, validate_summary
 
 
 class LockedStore:
@@ -38,7 +41,7 @@ def _requests(tel: Telemetry, n: int) -> None:
 
 
 def test_summaries_reach_the_duckdb_store_and_shutdown_flushes(tmp_path: Path) -> None:
-    sink = SummarySink(DuckDBWriter(tmp_path / "s.duckdb"), flush_interval_s=60)
+    sink = SummarySink(DuckDBSummaryWriter(tmp_path / "s.duckdb"), flush_interval_s=60)
     tel = Telemetry(sink=sink)
     _requests(tel, 500)
     sink.close(timeout_s=30)
@@ -85,3 +88,30 @@ def test_jsonl_files_rotate_and_hold_valid_summaries(tmp_path: Path) -> None:
     lines = [json.loads(line) for f in writer.files for line in f.read_text().splitlines()]
     assert len(lines) == 250 and len(writer.files) >= 3
     assert all(validate_summary(r) == [] for r in lines)
+
+
+def test_parquet_files_rotate_complete_and_load_into_the_store(tmp_path: Path) -> None:
+    writer = ParquetSummaryWriter(tmp_path / "pq", rotate_rows=100)
+    sink = SummarySink(writer, batch_rows=70)
+    tel = Telemetry(sink=sink, record_itl=True)
+    _requests(tel, 250)
+    sink.close()
+    assert sink.written == 250 and len(writer.files) == 3
+    assert not list((tmp_path / "pq").glob("*.partial"))
+    assert [pq.read_metadata(f).num_rows for f in writer.files] == [100, 100, 50]
+    with Store.open(tmp_path / "s.duckdb") as store:
+        store.ingest_files(writer.files)
+        assert store.count() == 250
+
+
+def test_the_duckdb_writer_leaves_out_invalid_rows_and_skips_stored_ids(tmp_path: Path) -> None:
+    tel = Telemetry()
+    _requests(tel, 1)
+    good = tel.start("r0", model="m")
+    good.finish("stop")
+    assert good.summary is not None
+    writer = DuckDBSummaryWriter(tmp_path / "s.duckdb")
+    writer.write([good.summary, {**good.summary, "request_id": "bad", "ttft_s": -1.0}])
+    writer.write([good.summary])
+    writer.close()
+    assert (writer.rows_written, writer.rows_rejected, writer.rows_already_stored) == (1, 1, 1)
