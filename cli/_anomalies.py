@@ -8,26 +8,15 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from llmslo.analysis import Store, parse_duration
 from llmslo.analysis._anomaly import ANOMALY_METRICS, AnomalyConfig, AnomalyReport, detect_anomalies
+from llmslo.cli._common import console as _console
+from llmslo.cli._common import fail as _fail
 from llmslo.telemetry import LlmsloError
 
 __all__ = ["anomalies_command"]
-
-_err = Console(stderr=True)
-
-
-def _console() -> Console:
-    out = Console()
-    return out if out.is_terminal else Console(width=150)
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    _err.print(f"[bold red]error:[/bold red] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
 
 
 def _seconds(name: str, text: str | None) -> float | None:

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -29,6 +28,10 @@ from llmslo.analysis import (
     parse_duration,
 )
 from llmslo.cli._anomalies import anomalies_command
+from llmslo.cli._common import console as _console
+from llmslo.cli._common import err
+from llmslo.cli._common import fail as _fail
+from llmslo.cli._common import threshold as _threshold
 from llmslo.cli._gpu import gpu_app
 from llmslo.cli._import import import_command
 from llmslo.cli._render import render_report, report_csv
@@ -51,13 +54,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="markdown",
 )
-err = Console(stderr=True)
 
-
-def _console() -> Console:
-    """Standard output; wide enough for the tables when it is not a terminal (pipes, CI logs)."""
-    out = Console()
-    return out if out.is_terminal else Console(width=150)
 
 PROGRESS_DELAY_S = 1.0
 """A progress bar appears only for work that has already taken this long."""
@@ -88,22 +85,6 @@ class _LazyProgress:
     def stop(self) -> None:
         if self.bar is not None:
             self.bar.stop()
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[bold red]error:[/bold red] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
-
-
-def _threshold(name: str, text: str | None, default: float | None) -> float | None:
-    if text is None:
-        return default
-    if text.strip().lower() in ("off", "none", "0"):
-        return None
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise _fail(f"--{name}: {exc}", 2) from None
 
 
 def _policy(ttft: str | None, tpot: str | None, e2e: str | None, window: str | None,

@@ -9,30 +9,21 @@ from typing import Annotated, Any
 
 import polars as pl
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from llmslo.analysis import Store, parse_duration
 from llmslo.analysis._correlate import aligned_frame, correlate, lagged_correlation
 from llmslo.analysis._gpu_import import GPU_COLUMNS, GPU_IMPORT_KINDS, import_gpu_file, store_gpu_samples
+from llmslo.cli._common import console as _console
+from llmslo.cli._common import err as _err
+from llmslo.cli._common import fail as _fail
 from llmslo.telemetry import GpuSampler, LlmsloError
 
 __all__ = ["gpu_app"]
 
 gpu_app = typer.Typer(name="gpu", help="GPU samples: record (NVML), import (nvidia-smi, dmon, vLLM engine), "
                       "correlate with request latency.", no_args_is_help=True, add_completion=False)
-_err = Console(stderr=True)
 DbOption = Annotated[Path, typer.Option("--db", help="DuckDB store file.", show_default=False)]
-
-
-def _console() -> Console:
-    out = Console()
-    return out if out.is_terminal else Console(width=150)
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    _err.print(f"[bold red]error:[/bold red] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
 
 
 def _duration(name: str, text: str) -> float:

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -18,19 +17,10 @@ from llmslo.analysis._import_registry import (
     detect_kind,
     importer_for,
 )
+from llmslo.cli._common import console as _console
+from llmslo.cli._common import err as _err
+from llmslo.cli._common import fail as _fail
 from llmslo.telemetry import LlmsloError
-
-_err = Console(stderr=True)
-
-
-def _console() -> Console:
-    out = Console()
-    return out if out.is_terminal else Console(width=150)
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    _err.print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
 
 
 def _meta_value(report: ImportReport) -> str:

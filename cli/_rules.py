@@ -9,9 +9,10 @@ from typing import Annotated
 
 import typer
 import yaml
-from rich.console import Console
 from rich.table import Table
 
+from llmslo.cli._common import console as _console
+from llmslo.cli._common import fail as _fail
 from llmslo.rules import (
     Model,
     PromtoolError,
@@ -37,17 +38,6 @@ rules_app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="markdown",
 )
-err = Console(stderr=True)
-
-
-def _console() -> Console:
-    out = Console()
-    return out if out.is_terminal else Console(width=200)
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[bold red]error:[/bold red] {message}", highlight=False, soft_wrap=True, markup=True)
-    return typer.Exit(code)
 
 
 def _model(spec: Path) -> Model:

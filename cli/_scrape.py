@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from llmslo.analysis import DEFAULT_TPOT_S, DEFAULT_TTFT_S, parse_duration
+from llmslo.analysis import DEFAULT_TPOT_S, DEFAULT_TTFT_S
 from llmslo.analysis._scrape import (
     Finding,
     HistogramReport,
@@ -24,32 +24,13 @@ from llmslo.analysis._scrape import (
     compare_scrapes,
     read_scrape,
 )
+from llmslo.cli._common import console as _console
+from llmslo.cli._common import fail as _fail
+from llmslo.cli._common import threshold as _threshold
 
 __all__ = ["scrape_command"]
 
-_err = Console(stderr=True)
 _SERVER_PREFIXES = ("vllm:", "sglang:", "tgi_", "llmslo_")
-
-
-def _console() -> Console:
-    out = Console()
-    return out if out.is_terminal else Console(width=150)
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    _err.print(f"[bold red]error:[/bold red] {message}", highlight=False, soft_wrap=True, markup=True)
-    return typer.Exit(code)
-
-
-def _threshold(name: str, text: str | None, default: float | None) -> float | None:
-    if text is None:
-        return default
-    if text.strip().lower() in ("off", "none", "0"):
-        return None
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise _fail(f"--{name}: {exc}", 2) from None
 
 
 def _labels(labels: Labels, width: int = 48) -> str:

@@ -12,22 +12,13 @@ from rich.table import Table
 
 from llmslo.analysis import format_duration, parse_duration
 from llmslo.analysis._import_traces import TRACE_KINDS, TRACE_NOTE, TraceFormatError, TraceSummary, read_trace
+from llmslo.cli._common import console as _console
+from llmslo.cli._common import fail as _fail
 
 __all__ = ["trace_command"]
 
-_err = Console(stderr=True)
 _BARS = " ▁▂▃▄▅▆▇█"
 _WRITERS = (".parquet", ".jsonl", ".ndjson")
-
-
-def _console() -> Console:
-    out = Console()
-    return out if out.is_terminal else Console(width=150)
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    _err.print(f"[bold red]error:[/bold red] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
 
 
 def _opt(x: float | None, fmt: str = "{:.3g}") -> str:
