@@ -8,6 +8,7 @@ and the censoring-aware TTFT (Kaplan–Meier) take one pass each. The result is 
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Any
 import duckdb
 
 from llmslo.analysis._policy import GoodputPolicy
-from llmslo.analysis._schema import SUMMARY_TABLE
+from llmslo.analysis._schema import META_TABLE, SUMMARY_TABLE
 from llmslo.analysis._survival import km_quantiles, quantile_label
 from llmslo.telemetry import DEFAULT_BUCKETS_S, FINISH_REASONS, SCHEMA_VERSION, TPOT_SQL, ConfigurationError
 
@@ -36,6 +37,9 @@ SHED_RISE = 0.05
 """Absolute rise of the shed/cancel fraction between consecutive windows that, with an improving
 success-only TTFT p99, flags survivor bias."""
 SHED_REASONS: tuple[str, ...] = ("rejected", "client_cancel", "deadline", "server_draining")
+SHED_NOTABLE = 0.10
+"""A shed/cancel fraction at or above this makes success-only latency unrepresentative on its own
+(docs/conventions.md, "Survivor bias")."""
 TOKEN_COUNTS: tuple[str, ...] = ("prompt_tokens", "proposed_tokens", "generated_tokens", "sent_tokens")
 
 DEFINITIONS: dict[str, str] = {
@@ -242,6 +246,7 @@ def build_report(
     totals["goodput_fraction"] = totals["good"] / settled_total if settled_total else None
     return {
         "schema_version": SCHEMA_VERSION,
+        "caveats": _import_caveats(con),
         "policy": policy.to_dict(),
         "group_by": list(keys),
         "rate_basis": rate_basis,
@@ -249,6 +254,34 @@ def build_report(
         "totals": totals,
         "groups": groups,
     }
+
+
+def _import_caveats(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """What imported rows cannot support: recorded by ``llmslo import`` in the store's metadata."""
+    rows = con.sql(f"SELECT key, value FROM {META_TABLE} WHERE key LIKE 'import:%' ORDER BY key").fetchall()
+    out: list[str] = []
+    no_arrivals: list[str] = []
+    tools: set[str] = set()
+    for key, value in rows:
+        try:
+            meta = json.loads(value)
+        except json.JSONDecodeError:
+            continue
+        tools.add(str(meta.get("tool", "?")))
+        if meta.get("arrivals_available") is False:
+            no_arrivals.append(str(key).removeprefix("import:"))
+    if tools:
+        out.append(
+            f"rows imported from {', '.join(sorted(tools))} hold the tool's client-side times in ttft_s/e2e_s "
+            "(it recorded no server timestamps)"
+        )
+    if no_arrivals:
+        shown = ", ".join(no_arrivals[:5]) + (f" and {len(no_arrivals) - 5} more" if len(no_arrivals) > 5 else "")
+        out.append(
+            f"{len(no_arrivals)} imported file(s) carry no arrival times ({shown}): windows, per-second rates "
+            "and in-flight counts are not meaningful for their rows"
+        )
+    return out
 
 
 def _group(
@@ -354,6 +387,13 @@ def _survivor(
                     f"TTFT {label}: success-only {so:.3g}s vs censoring-aware {ca:.3g}s "
                     f"(+{(ca / so - 1) * 100:.0f}%, tolerance {SURVIVOR_TOLERANCE * 100:.0f}%)"
                 )
+    shed_fraction = shed / settled if settled else None
+    if verdict != "insufficient_data" and shed_fraction is not None and shed_fraction >= SHED_NOTABLE:
+        verdict = "optimistic"
+        reasons.append(
+            f"{shed_fraction:.0%} of settled requests were rejected, cancelled, timed out or drained "
+            f"(at or above {SHED_NOTABLE:.0%}): success-only latency describes only the rest"
+        )
     return {
         "accounting": {
             "attempted": attempted,
@@ -364,7 +404,7 @@ def _survivor(
             "balanced": not unbalanced,
             "unbalanced": unbalanced,
         },
-        "shed_cancel_fraction": shed / settled if settled else None,
+        "shed_cancel_fraction": shed_fraction,
         "ttft_success_only": success_only,
         "ttft_censoring_aware": aware,
         "verdict": verdict,

@@ -121,6 +121,8 @@ def render_report(report: dict[str, Any], console: Console) -> None:
         secs = basis["seconds"]
         rate = ("per-second rates divide by the span the data covers, first arrival to last finish "
                 f"({_s(secs)})")
+    for caveat in report.get("caveats", []):
+        console.print(f"[yellow]caveat: {caveat}[/yellow]")
     console.print(f"[dim]Policy: {report['policy']['rule']}.[/dim]")
     console.print(f"[dim]Rates: {rate}. Totals: {report['totals']['attempted']:,} attempted, "
                   f"{report['totals']['good']:,} good ({_pct(report['totals']['goodput_fraction'])}).[/dim]")

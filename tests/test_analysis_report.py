@@ -194,3 +194,15 @@ def test_bad_policy_and_grouping_name_the_field() -> None:
         GoodputPolicy(ttft_s=-1.0)
     with pytest.raises(ConfigurationError, match="unknown column 'user'"):
         ReportSpec(GoodputPolicy(), by=("user",))
+
+
+def test_a_group_that_sheds_most_requests_is_not_called_consistent(tmp_path: Path) -> None:
+    rows = [_success(i, 0.2 + 0.001 * i) for i in range(20)] + [rejected_row(100 + i) for i in range(130)]
+    with _store(tmp_path / "s.duckdb", rows) as store:
+        g = _only(build_report(store.con, ReportSpec(GoodputPolicy())))
+    sb = g["survivor_bias"]
+    # the success-only and censoring-aware TTFT agree (nobody admitted was lost) ...
+    assert sb["ttft_censoring_aware"]["p99"] == pytest.approx(sb["ttft_success_only"]["p99"], rel=0.1)
+    # ... but 87% of the traffic never got an answer
+    assert sb["verdict"] == "optimistic" and any("were rejected" in r for r in sb["reasons"])
+    assert g["goodput_fraction"] == pytest.approx(20 / 150)
