@@ -34,6 +34,7 @@ from typing import Any, Literal
 import duckdb
 import numpy as np
 import numpy.typing as npt
+import polars as pl
 from scipy import stats
 
 from llmslo.analysis._ks import ks_pvalue, ks_statistic_and_positions, ks_statistic_sorted
@@ -54,6 +55,7 @@ __all__ = [
     "benjamini_hochberg",
     "detect_anomalies",
     "detect_in_arrays",
+    "detect_tightening",
     "failure_rate_slope",
     "findings_of",
     "outcome_entropy",
@@ -659,4 +661,36 @@ def tightening_signals(
             max_slope is not None and max_slope > tc.failure_slope) + int(ent is not None and ent > tc.entropy)
         out.append(TighteningSignal(w.start_unix_s, w.end_unix_s, rise, max_slope, ent, agree,
                                     agree >= tc.min_agree))
+    return out
+
+
+def detect_tightening(
+    con: duckdb.DuckDBPyConnection,
+    config: TighteningConfig | None = None,
+    anomaly: AnomalyConfig | None = None,
+    *,
+    metric: str = "ttft",
+    by: Sequence[str] = ("model",),
+) -> dict[str, list[TighteningSignal]]:
+    """Evaluate the composite tightening rule on the stored summaries, one series per group of ``by``.
+
+    Every request counts in the outcome mix and the failure rate; only those with the metric defined
+    (e.g. a first token for ``ttft``) count in the p99. Windows, step and baseline come from ``anomaly``.
+    Raises :class:`ConfigurationError` for an unknown metric or grouping column.
+    """
+    _cfg(metric in ANOMALY_METRICS, f"unknown metric {metric!r}; choose from {', '.join(ANOMALY_METRICS)}")
+    for b in by:
+        _cfg(b in _SERIES_GROUPS, f"cannot group by {b!r}; choose from {', '.join(_SERIES_GROUPS)}")
+    sel = f"{', '.join(by)}, " if by else ""
+    frame = con.sql(
+        f"SELECT {sel}arrival_unix_s AS t, ({ANOMALY_METRICS[metric]}) AS x, finish_reason AS r "
+        f"FROM {SUMMARY_TABLE} ORDER BY {sel}arrival_unix_s"
+    ).pl()
+    parts = frame.partition_by(list(by), as_dict=True, maintain_order=True) if by else {(): frame}
+    out: dict[str, list[TighteningSignal]] = {}
+    for key, part in parts.items():
+        name = metric + "".join(f" {k}={v}" for k, v in zip(by, key, strict=True))
+        x = part["x"].cast(pl.Float64).fill_null(float("nan")).to_numpy()
+        out[name] = tightening_signals(part["t"].to_numpy().astype(np.float64), x.astype(np.float64),
+                                       part["r"].to_list(), config, anomaly)
     return out

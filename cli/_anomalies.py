@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from pathlib import Path
@@ -11,7 +12,14 @@ import typer
 from rich.table import Table
 
 from llmslo.analysis import Store, parse_duration
-from llmslo.analysis._anomaly import ANOMALY_METRICS, AnomalyConfig, AnomalyReport, detect_anomalies
+from llmslo.analysis._anomaly import (
+    ANOMALY_METRICS,
+    AnomalyConfig,
+    AnomalyReport,
+    TighteningSignal,
+    detect_anomalies,
+    detect_tightening,
+)
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import fail as _fail
 from llmslo.telemetry import LlmsloError
@@ -66,6 +74,19 @@ def _table(report: AnomalyReport) -> Table:
     return t
 
 
+def _tightening_table(signals: dict[str, list[TighteningSignal]]) -> Table:
+    t = Table(title="Composite tightening rule: windows where the signals agree (UTC)", title_justify="left")
+    for col in ("series", "from", "to", "p99 rise", "failure slope /s", "outcome entropy", "agree"):
+        t.add_column(col, justify="left" if col in ("series", "from", "to") else "right")
+    for name, items in signals.items():
+        for s in items:
+            if s.fire:
+                t.add_row(name, _when(s.start_unix_s), _when(s.end_unix_s), _pct(s.p99_rise),
+                          "-" if s.failure_slope is None else f"{s.failure_slope:.3g}",
+                          "-" if s.entropy is None else f"{s.entropy:.2f}", str(s.agree))
+    return t
+
+
 def anomalies_command(
     db: Annotated[Path, typer.Option("--db", help="DuckDB store file.", show_default=False)],
     metric: Annotated[list[str] | None, typer.Option(
@@ -80,6 +101,9 @@ def anomalies_command(
     consecutive: Annotated[int, typer.Option("--consecutive", help="Flagged windows in a row for a finding.")] = 2,
     by: Annotated[str, typer.Option("--by", help="Series per value of: model, version, tenant_class "
                                     "(comma-separated; empty for one series).")] = "model",
+    tightening: Annotated[bool, typer.Option(
+        "--tightening", help="Also evaluate the composite tightening rule (p99 rise, failure-rate slope and "
+        "outcome-mix entropy must agree; docs/anomalies.md) on the first --metric.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (for scripts).")] = False,
 ) -> None:
     """Find windows whose latency distribution moved away from a baseline (docs/anomalies.md).
@@ -100,10 +124,15 @@ def anomalies_command(
     try:
         with Store.open(db, read_only=True) as store:
             report = detect_anomalies(store.con, cfg, metrics=tuple(metric or ["ttft"]), by=groups)
+            signals = (detect_tightening(store.con, anomaly=cfg, metric=(metric or ["ttft"])[0], by=groups)
+                       if tightening else {})
     except LlmsloError as exc:
         raise _fail(str(exc), 2 if isinstance(exc, ValueError) else 1) from None
     if as_json:
-        print(json.dumps(report.to_dict(), indent=2))
+        out_json = report.to_dict()
+        if tightening:
+            out_json["tightening"] = {name: [dataclasses.asdict(x) for x in items] for name, items in signals.items()}
+        print(json.dumps(out_json, indent=2))
         return
     out = _console()
     if report.findings:
@@ -111,3 +140,9 @@ def anomalies_command(
     tested = sum(1 for ws in report.windows.values() for w in ws if w.enough_samples)
     out.print(f"{len(report.findings)} finding(s) in {len(report.windows)} series, {tested} windows tested "
               f"({cfg.test.upper()}, alpha {cfg.alpha:g} after BH, {consecutive} consecutive, baseline {baseline})")
+    if tightening:
+        fired = sum(1 for items in signals.values() for s in items if s.fire)
+        if fired:
+            out.print(_tightening_table(signals))
+        windows = sum(len(items) for items in signals.values())
+        out.print(f"composite tightening rule: fired in {fired} of {windows} windows")
