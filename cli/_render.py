@@ -47,7 +47,7 @@ def group_label(keys: dict[str, Any]) -> str:
 def render_report(report: dict[str, Any], console: Console) -> None:
     """Print the goodput, latency, survivor-bias and token tables, then the definitions used."""
     groups: list[dict[str, Any]] = report["groups"]
-    head = " × ".join(report["group_by"]) or "all requests"
+    head = " × ".join("window" if k == WINDOW_KEY else k for k in report["group_by"]) or "all requests"
     if not groups:
         console.print("[yellow]The store holds no request summaries.[/yellow]")
         return
