@@ -27,7 +27,6 @@ from llmslo.analysis._anomaly import (
     tightening_signals,
 )
 from llmslo.analysis._correlate import aligned_frame, correlate, gpu_state_during_decode, lagged_correlation
-from llmslo.analysis._durations import format_duration, parse_duration
 from llmslo.analysis._gpu_import import GPU_IMPORT_KINDS, GpuFormatError, import_gpu_file
 from llmslo.analysis._import_registry import (
     ImportFormatError,
@@ -62,6 +61,7 @@ from llmslo.analysis._sink_writers import DuckDBSummaryWriter, ParquetSummaryWri
 from llmslo.analysis._store import IngestReport, Store, StoreError, StoreVersionError, open_store
 from llmslo.analysis._survival import km_quantiles, quantile_label
 from llmslo.analysis._validation import InvalidInputError, RowError
+from llmslo.telemetry import format_duration, parse_duration
 
 __all__ = [
     "AnomalyConfig",

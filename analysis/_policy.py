@@ -6,8 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmslo.analysis._durations import format_duration
-from llmslo.telemetry import FINISH_REASONS, TPOT_SQL, ConfigurationError
+from llmslo.telemetry import FINISH_REASONS, TPOT_SQL, ConfigurationError, format_duration
 
 DEFAULT_SUCCESS: frozenset[str] = frozenset({"stop", "length"})
 DEFAULT_TTFT_S = 2.0

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from llmslo.telemetry import LlmsloError
+from llmslo.telemetry import METRICS, LlmsloError
 
 __all__ = [
     "DEFAULT_SCRAPE_QUANTILES",
@@ -109,11 +109,6 @@ class KnownMetric:
     difference: str
 
 
-def _llmslo_name(interval: str) -> str:
-    """llmslo's histogram for an interval: ``llmslo_<interval without _s>_seconds``."""
-    return f"llmslo_{interval.removesuffix('_s')}_seconds"
-
-
 KNOWN_METRICS: tuple[KnownMetric, ...] = (
     KnownMetric("vllm:time_to_first_token_seconds", "vllm", "ttft_s", "request",
                 "from the engine's arrival time of the request; requests that never produce a token are absent"),
@@ -146,9 +141,9 @@ KNOWN_METRICS: tuple[KnownMetric, ...] = (
     KnownMetric("tgi_request_mean_time_per_token_duration", "tgi", "tpot_s", "request",
                 "inference time / N: includes prefill and divides by N, not decode time / (N - 1), so it "
                 "is not our TPOT (closer to e2e / N); successful requests only"),
-    *(KnownMetric(_llmslo_name(i), "llmslo", i, p, "")
-      for i, p in (("ttft_s", "request"), ("tpot_s", "request"), ("itl_s", "token"), ("e2e_s", "request"),
-                   ("queue_s", "request"), ("client_ttft_s", "request"))),
+    # llmslo's own histograms, from the name catalogue (ITL is observed per token, the others per request)
+    *(KnownMetric(m.name, "llmslo", m.source, "token" if m.source == "itl_s" else "request", "")
+      for m in METRICS if m.type == "histogram" and m.source is not None),
 )
 """Known latency histograms of LLM servers, mapped to our interval names (definitions.md)."""
 

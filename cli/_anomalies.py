@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from llmslo.analysis import Store, parse_duration
+from llmslo.analysis import Store
 from llmslo.analysis._anomaly import (
     ANOMALY_METRICS,
     AnomalyConfig,
@@ -21,19 +21,13 @@ from llmslo.analysis._anomaly import (
     detect_tightening,
 )
 from llmslo.cli._common import console as _console
+from llmslo.cli._common import duration as _duration
 from llmslo.cli._common import fail as _fail
 from llmslo.telemetry import LlmsloError
 
 __all__ = ["anomalies_command"]
 
 
-def _seconds(name: str, text: str | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise _fail(f"--{name}: {exc}", 2) from None
 
 
 def _baseline(text: str) -> dict[str, object]:
@@ -115,7 +109,8 @@ def anomalies_command(
     and quantiles before and after.
     """
     try:
-        cfg = AnomalyConfig(window_s=_seconds("window", window) or 0.0, step_s=_seconds("step", step),
+        cfg = AnomalyConfig(window_s=_duration("window", window),
+                            step_s=_duration("step", step) if step is not None else None,
                             test=test, alpha=alpha, consecutive=consecutive,  # type: ignore[arg-type]
                             **_baseline(baseline))  # type: ignore[arg-type]
     except (ValueError, LlmsloError) as exc:

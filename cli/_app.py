@@ -25,10 +25,10 @@ from llmslo.analysis import (
     Store,
     StoreError,
     build_report,
-    parse_duration,
 )
 from llmslo.cli._anomalies import anomalies_command
 from llmslo.cli._common import console as _console
+from llmslo.cli._common import duration as _duration
 from llmslo.cli._common import err
 from llmslo.cli._common import fail as _fail
 from llmslo.cli._common import threshold as _threshold
@@ -89,12 +89,7 @@ class _LazyProgress:
 
 def _policy(ttft: str | None, tpot: str | None, e2e: str | None, window: str | None,
             success: str, one_token_fails: bool) -> GoodputPolicy:
-    win = None
-    if window is not None:
-        try:
-            win = parse_duration(window)
-        except ValueError as exc:
-            raise _fail(f"--window: {exc}", 2) from None
+    win = _duration("window", window) if window is not None else None
     try:
         return GoodputPolicy(
             success=frozenset(s.strip() for s in success.split(",") if s.strip()),

@@ -6,7 +6,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from llmslo.analysis import parse_duration
+from llmslo.telemetry import parse_duration
 
 err = Console(stderr=True)
 """Standard error: progress, warnings, errors."""
@@ -27,13 +27,18 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def duration(name: str, text: str) -> float:
+    """Seconds from a ``--NAME`` duration option; a bad value exits with code 2 naming the option."""
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise fail(f"--{name}: {exc}", 2) from None
+
+
 def threshold(name: str, text: str | None, default: float | None) -> float | None:
     """Seconds from a ``--NAME`` duration option; ``off``/``none``/``0`` disables it, absent gives ``default``."""
     if text is None:
         return default
     if text.strip().lower() in ("off", "none", "0"):
         return None
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise fail(f"--{name}: {exc}", 2) from None
+    return duration(name, text)

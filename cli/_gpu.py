@@ -11,10 +11,11 @@ import polars as pl
 import typer
 from rich.table import Table
 
-from llmslo.analysis import Store, parse_duration
+from llmslo.analysis import Store
 from llmslo.analysis._correlate import aligned_frame, correlate, lagged_correlation
 from llmslo.analysis._gpu_import import GPU_COLUMNS, GPU_IMPORT_KINDS, import_gpu_file, store_gpu_samples
 from llmslo.cli._common import console as _console
+from llmslo.cli._common import duration as _common_duration
 from llmslo.cli._common import err as _err
 from llmslo.cli._common import fail as _fail
 from llmslo.telemetry import GpuSampler, LlmsloError
@@ -24,13 +25,6 @@ __all__ = ["gpu_app"]
 gpu_app = typer.Typer(name="gpu", help="GPU samples: record (NVML), import (nvidia-smi, dmon, vLLM engine), "
                       "correlate with request latency.", no_args_is_help=True, add_completion=False)
 DbOption = Annotated[Path, typer.Option("--db", help="DuckDB store file.", show_default=False)]
-
-
-def _duration(name: str, text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise _fail(f"--{name}: {exc}", 2) from None
 
 
 @gpu_app.command("sample")
@@ -43,8 +37,8 @@ def sample(
 
     Needs the 'gpu' extra (nvidia-ml-py) and an NVIDIA driver; without them it says why and exits 1.
     """
-    interval_s = _duration("interval", interval)
-    until = time.monotonic() + _duration("duration", duration) if duration else None
+    interval_s = _common_duration("interval", interval)
+    until = time.monotonic() + _common_duration("duration", duration) if duration else None
     pending: list[dict[str, Any]] = []
     sampler = GpuSampler(interval_s=interval_s, sink=pending.extend)
     try:
@@ -92,7 +86,7 @@ def import_(
     try:
         with Store.open(db) as store:
             n = import_gpu_file(store.con, kind, file, start_unix_s=start,
-                                interval_s=_duration("interval", interval))
+                                interval_s=_common_duration("interval", interval))
     except LlmsloError as exc:
         raise _fail(str(exc), 2 if isinstance(exc, ValueError) else 1) from None
     _console().print(f"{n:,} rows from {file} ({kind}) written to {db}")
@@ -110,8 +104,8 @@ def correlate_command(
     Pearson and Spearman over time buckets, and for each signal the lag (seconds) at which it best
     matches each target, which says which moves first. Correlation is not causation.
     """
-    b = _duration("bucket", bucket)
-    lag_s = _duration("max-lag", max_lag)
+    b = _common_duration("bucket", bucket)
+    lag_s = _common_duration("max-lag", max_lag)
     try:
         with Store.open(db, read_only=True) as store:
             frame = aligned_frame(store.con, bucket_s=b)

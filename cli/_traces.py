@@ -10,9 +10,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from llmslo.analysis import format_duration, parse_duration
+from llmslo.analysis import format_duration
 from llmslo.analysis._import_traces import TRACE_KINDS, TRACE_NOTE, TraceFormatError, TraceSummary, read_trace
 from llmslo.cli._common import console as _console
+from llmslo.cli._common import duration as _duration
 from llmslo.cli._common import fail as _fail
 
 __all__ = ["trace_command"]
@@ -99,10 +100,7 @@ def trace_command(
     """
     if kind not in (*TRACE_KINDS, "auto"):
         raise _fail(f"unknown trace kind {kind!r}: expected one of {', '.join(TRACE_KINDS)} or auto", 2)
-    try:
-        bucket_s = parse_duration(bucket)
-    except ValueError as exc:
-        raise _fail(f"--bucket: {exc}", 2) from None
+    bucket_s = _duration("bucket", bucket)
     if out is not None and out.suffix.lower() not in _WRITERS:
         raise _fail(f"--out: write a {' or '.join(_WRITERS)} file, not {out.name!r}", 2)
     try:

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import math
-import re
 
 from llmslo.rules._errors import SpecError
+from llmslo.telemetry import parse_duration
 
-_UNIT_S: dict[str, float] = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _PROM_UNITS: tuple[tuple[str, int], ...] = (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
 
 
 def parse_duration_s(value: object, path: str) -> float:
     """Seconds from a number of seconds or a duration text (``100ms``, ``2s``, ``1h30m``, ``30d``).
 
-    Raises :class:`SpecError` naming ``path`` when the value is neither, or not positive.
+    Text goes through llmslo's one duration parser (:func:`llmslo.telemetry.parse_duration`). Raises
+    :class:`SpecError` naming ``path`` when the value is neither, or not positive.
     """
     seconds: float
     if isinstance(value, bool):
@@ -23,10 +22,10 @@ def parse_duration_s(value: object, path: str) -> float:
     if isinstance(value, int | float):
         seconds = float(value)
     elif isinstance(value, str):
-        text = value.strip().replace(" ", "")
-        if not text or _PART.sub("", text) != "":
-            raise SpecError(path, f"expected a duration such as 100ms, 30s, 5m, 1h30m or 30d, got {value!r}")
-        seconds = sum(float(n) * _UNIT_S[u] for n, u in _PART.findall(text))
+        try:
+            seconds = parse_duration(value)
+        except ValueError as exc:
+            raise SpecError(path, str(exc)) from None
     else:
         raise SpecError(path, f"expected a duration such as 30s or 5m, got {value!r}")
     if not math.isfinite(seconds) or seconds <= 0:

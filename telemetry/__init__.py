@@ -6,6 +6,7 @@ OpenTelemetry when it is constructed).
 """
 
 from llmslo.telemetry._buckets import DEFAULT_BUCKETS_S
+from llmslo.telemetry._durations import format_duration, parse_duration
 from llmslo.telemetry._errors import ConfigurationError, LlmsloError
 from llmslo.telemetry._exposition import MetricsServer, metrics_app, render_metrics
 from llmslo.telemetry._gpu import GpuSample, GpuSampler, SampleSink
@@ -134,7 +135,9 @@ __all__ = [
     "VERSION_TTFT_P95",
     "Violation",
     "current_tracker",
+    "format_duration",
     "metrics_app",
+    "parse_duration",
     "render_metrics",
     "simulate_stream",
     "tpot_s",

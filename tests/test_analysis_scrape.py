@@ -477,3 +477,21 @@ def test_scrape_command_names_the_line_of_a_malformed_file(tmp_path: Path) -> No
     bad.write_text("a 1\nb{x=\"1} 2\n")
     res = CliRunner().invoke(_app(), ["scrape", str(bad)])
     assert res.exit_code == 1 and f"{bad}: line 2" in res.stderr
+
+
+def test_llmslo_own_exposition_is_read_with_the_catalogue_names() -> None:
+    from llmslo.telemetry import Telemetry, render_metrics
+
+    tel = Telemetry(version="v1")
+    t = tel.start("req-1", model="m", prompt_tokens=10)
+    t.admit()
+    t.schedule()
+    for _ in range(3):
+        t.commit()
+        t.send()
+    t.finish("stop")
+    body, _ = render_metrics(tel.registry, "application/openmetrics-text; version=1.0.0")
+    analysis = analyze_scrape(parse_exposition(body.decode(), "llmslo /metrics"))
+    by_interval = {h.interval: h for h in analysis.histograms if h.server == "llmslo" and h.count}
+    assert {"ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s"} <= set(by_interval)
+    assert by_interval["ttft_s"].count == 1 and by_interval["itl_s"].count == 2
