@@ -32,7 +32,7 @@ class Guard:
         self.errors: dict[str, int] = {}
         self.dropped: dict[str, int] = {}
         self.on_error: Callable[[str], None] | None = None
-        self.on_drop: Callable[[str], None] | None = None
+        self.on_drop: Callable[[str, int], None] | None = None
 
     def error(self, site: str, exc: BaseException) -> None:
         """Record an exception caught at ``site``; never raises."""
@@ -52,13 +52,13 @@ class Guard:
         except Exception:
             pass
 
-    def drop(self, reason: str) -> None:
-        """Count a dropped observation (``nan``, ``infinite`` or ``negative``)."""
+    def drop(self, reason: str, n: int = 1) -> None:
+        """Count ``n`` dropped observations (``nan``, ``infinite``, ``negative`` or ``invalid_count``)."""
         try:
             with self._lock:
-                self.dropped[reason] = self.dropped.get(reason, 0) + 1
+                self.dropped[reason] = self.dropped.get(reason, 0) + n
             if self.on_drop is not None:
-                self.on_drop(reason)
+                self.on_drop(reason, n)
         except Exception:
             pass
 

@@ -22,10 +22,7 @@ import inspect
 import threading
 import time
 import uuid
-from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
-from itertools import islice
-from operator import sub
 from typing import Any, ParamSpec, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry
@@ -37,6 +34,7 @@ from llmslo.telemetry._labels import LabelPolicy
 from llmslo.telemetry._metrics import EXEMPLAR_MAX_CHARS, TelemetryMetrics, exemplar_labels
 from llmslo.telemetry._policy import SloPolicy
 from llmslo.telemetry._summary import FINISH_REASONS, REJECT_REASONS, tpot_s
+from llmslo.telemetry._tokenlog import TokenLogLike, new_token_log
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -130,7 +128,7 @@ class Telemetry:
         self.clock_unix_s = clock_unix_s
         self.guard = guard if guard is not None else Guard()
         self.guard.on_error = lambda site: self.metrics.count(N.INTERNAL_ERRORS.key)
-        self.guard.on_drop = lambda reason: self.metrics.count(N.OBSERVATIONS_DROPPED.key, {"reason": reason})
+        self.guard.on_drop = lambda reason, n: self.metrics.count(N.OBSERVATIONS_DROPPED.key, {"reason": reason}, n)
         # Trackers not yet terminal. Single dict operations are atomic in CPython, so adding and removing need
         # no lock; readers take a copy.
         self._live: dict[int, RequestTracker] = {}
@@ -280,18 +278,30 @@ class RequestScope:
 class RequestTracker:
     """One request's lifecycle. Create it with :meth:`Telemetry.start`.
 
-    Timestamps are monotonic nanoseconds. ``commit(k)`` is the per-token hot path: it appends one
-    timestamp (a commit of ``k`` tokens adds ``k`` token-weighted ITL samples of ``gap / k`` at the end).
-    After the terminal state, :attr:`summary` holds the request summary and :attr:`ignored` the later
-    finish signals counted by reason.
+    Timestamps are monotonic nanoseconds. The per-token hot path is two calls, each a single native call
+    when the token log's C module is built (see ``_tokenlog.py``), and neither ever raises:
+
+    - ``commit(k=1, proposed=0)``: the engine committed ``k`` output tokens now (``proposed``: draft tokens
+      proposed for them). It records one timestamp; a commit of ``k`` tokens gives ``k`` token-weighted
+      ITL samples of ``gap / k`` at the terminal state.
+    - ``send(n=1)``: ``n`` output tokens were handed to the transport for the client.
+
+    A count that is not a non-negative integer (``k`` at least 1) is ignored and counted as a dropped
+    observation (reason ``invalid_count``) at the terminal state. After the terminal state,
+    :attr:`summary` holds the request summary and :attr:`ignored` the later finish signals counted by reason.
     """
 
     __slots__ = (
-        "_clock", "_ex", "_lock", "_multi", "_resources", "_span", "_tel", "_times", "admitted_ns",
-        "arrival_ns", "arrival_unix_s", "client_ttft_s", "error_type", "finish_ns", "finish_reason", "ignored",
-        "model", "prompt_tokens", "proposed_tokens", "reject_reason", "released", "request_id", "scheduled_ns",
-        "sent_tokens", "slo_class", "stream_max_queued", "stream_paused_ns", "summary", "tenant_class", "version",
+        "_clock", "_ex", "_lock", "_log", "_resources", "_span", "_tel", "admitted_ns", "arrival_ns",
+        "arrival_unix_s", "client_ttft_s", "commit", "error_type", "finish_ns", "finish_reason", "ignored",
+        "model", "prompt_tokens", "reject_reason", "released", "request_id", "scheduled_ns", "send",
+        "slo_class", "stream_max_queued", "stream_paused_ns", "summary", "tenant_class", "version",
     )
+
+    commit: Callable[..., None]
+    """``commit(k=1, proposed=0)``: ``k`` output tokens committed now (see the class docstring)."""
+    send: Callable[..., None]
+    """``send(n=1)``: ``n`` output tokens handed to the transport for the client."""
 
     def __init__(self, tel: Telemetry, request_id: str, model: str, version: str, tenant_class: str,
                  prompt_tokens: int, slo_class: str | None) -> None:
@@ -299,8 +309,9 @@ class RequestTracker:
         self._clock = tel.clock_ns
         self.arrival_ns = self._clock()
         self.arrival_unix_s = tel.clock_unix_s()
-        self._times: list[int] = []
-        self._multi: dict[int, int] | None = None
+        log = self._log = new_token_log(self._clock)
+        self.commit = log.commit
+        self.send = log.send
         self._lock = threading.Lock()
         self._resources: list[tuple[str, Callable[[], object]]] = []
         self._span: object = None
@@ -311,8 +322,6 @@ class RequestTracker:
         self.tenant_class = tenant_class if isinstance(tenant_class, str) and tenant_class else "default"
         self.prompt_tokens = prompt_tokens if isinstance(prompt_tokens, int) and prompt_tokens >= 0 else 0
         self.slo_class = slo_class if slo_class in tel.policies else tel.default_policy.name
-        self.proposed_tokens = 0
-        self.sent_tokens = 0
         self.admitted_ns: int | None = None
         self.scheduled_ns: int | None = None
         self.finish_ns: int | None = None
@@ -331,29 +340,6 @@ class RequestTracker:
                 self._span = tel.tracing.start_request(self)
             except Exception as exc:
                 tel.guard.error("tracing.start", exc)
-
-    # ---- the hot path --------------------------------------------------------------------------------
-
-    def commit(self, k: int = 1, proposed: int = 0) -> None:
-        """The engine committed ``k`` output tokens now (``proposed``: draft tokens proposed for them)."""
-        self._times.append(self._clock())
-        if k != 1 or proposed:
-            self._commit_more(k, proposed)
-
-    def _commit_more(self, k: int, proposed: int) -> None:
-        if isinstance(proposed, int) and proposed > 0:
-            self.proposed_tokens += proposed
-        if k != 1:
-            if not isinstance(k, int) or k < 1:
-                self._times.pop()
-                return
-            if self._multi is None:
-                self._multi = {}
-            self._multi[len(self._times) - 1] = k
-
-    def send(self, n: int = 1) -> None:
-        """``n`` output tokens were handed to the transport for the client."""
-        self.sent_tokens += n
 
     # ---- phases ----------------------------------------------------------------------------------------
 
@@ -437,9 +423,18 @@ class RequestTracker:
     @property
     def generated_tokens(self) -> int:
         """Output tokens committed so far."""
-        multi = self._multi
-        n = len(self._times)
-        return n if multi is None else n + sum(k - 1 for k in multi.values())
+        log = self._log
+        return log.generated(len(log))
+
+    @property
+    def sent_tokens(self) -> int:
+        """Output tokens handed to the transport so far (as counted by ``send``)."""
+        return self._log.sent
+
+    @property
+    def proposed_tokens(self) -> int:
+        """Draft tokens proposed so far (as counted by ``commit``)."""
+        return self._log.proposed
 
     # ---- the terminal state ------------------------------------------------------------------------------
 
@@ -507,21 +502,20 @@ class RequestTracker:
     def _complete(self, finish_ns: int) -> None:
         tel = self._tel
         m = tel.metrics
-        times = self._times
-        n = len(times)
-        while n and times[n - 1] > finish_ns:
-            n -= 1
-        multi = self._multi
-        generated = n if multi is None else n + sum(k - 1 for i, k in multi.items() if i < n)
+        log: TokenLogLike = self._log
+        n = log.count_until(finish_ns)
+        generated = log.generated(n)
+        if log.invalid:
+            tel.guard.drop("invalid_count", log.invalid)
         a = self.arrival_ns
-        ttft = (times[0] - a) / 1e9 if n else None
-        last = (times[n - 1] - a) / 1e9 if n else None
+        ttft = (log.time_ns(0) - a) / 1e9 if n else None
+        last = (log.time_ns(n - 1) - a) / 1e9 if n else None
         queue = None
         if self.scheduled_ns is not None:
             queue = (self.scheduled_ns - a) / 1e9
             if ttft is not None and queue > ttft:
                 queue = ttft
-        sent = min(self.sent_tokens, generated)
+        sent = min(log.sent, generated)
         e2e = (finish_ns - a) / 1e9
         row: SummaryRow = {
             "request_id": self.request_id,
@@ -537,16 +531,16 @@ class RequestTracker:
             "last_token_s": last,
             "e2e_s": e2e,
             "prompt_tokens": self.prompt_tokens,
-            "proposed_tokens": self.proposed_tokens,
+            "proposed_tokens": log.proposed,
             "generated_tokens": generated,
             "sent_tokens": sent,
             "client_ttft_s": self.client_ttft_s,
             "stream_paused_s": self.stream_paused_ns / 1e9,
             "stream_max_queued": self.stream_max_queued,
         }
-        itl = itl_histogram(times, n, multi, m.itl_bounds_ns, tel.record_itl)
+        itl = log.itl(n, m.itl_bounds_ns)
         if tel.record_itl:
-            row["itl_s"] = itl[3] if itl is not None else None
+            row["itl_s"] = log.gaps_s(n) if n >= 2 else None
         tpot = tpot_s(ttft, last, generated)
         self.summary = row
         policy = tel.policies[self.slo_class]
@@ -556,8 +550,8 @@ class RequestTracker:
         m.record_request(m.request_labels(self.model, self.version, self.tenant_class),
                          finish_reason=self.finish_reason or "error", reject_reason=self.reject_reason,
                          intervals=(ttft, e2e, queue, self.client_ttft_s),
-                         tpot=tpot, itl=itl[:3] if itl is not None else None,
-                         tokens=(self.prompt_tokens, self.proposed_tokens, generated, sent), exemplar=ex,
+                         tpot=tpot, itl=itl,
+                         tokens=(self.prompt_tokens, log.proposed, generated, sent), exemplar=ex,
                          verdicts=((policy.name, policy.is_good(row)),),
                          admitted=self.admitted_ns is not None, scheduled=self.scheduled_ns is not None)
         if tel.sink is not None:
@@ -573,55 +567,9 @@ class RequestTracker:
 
     def timeline_ns(self) -> dict[str, int | None]:
         """The phase timestamps (monotonic ns): arrival, admitted, scheduled, first/last token, finish."""
-        times = self._times
+        log = self._log
+        n = len(log)
         return {"arrival": self.arrival_ns, "admitted": self.admitted_ns, "scheduled": self.scheduled_ns,
-                "first_token": times[0] if times else None, "last_token": times[-1] if times else None,
+                "first_token": log.time_ns(0) if n else None, "last_token": log.time_ns(n - 1) if n else None,
                 "finish": self.finish_ns}
 
-
-def itl_histogram(times: Sequence[int], n: int, multi: Mapping[int, int] | None, bounds_ns: Sequence[int],
-                  keep_gaps: bool = False) -> tuple[list[int], float, float, list[float] | None] | None:
-    """Token-weighted inter-token gaps of the first ``n`` commit times (ns), counted per bucket.
-
-    A commit of ``k`` tokens after a gap ``g`` adds ``k`` samples of ``g / k``. Returns non-cumulative
-    counts per bound (``+Inf`` last; a gap equal to a bound counts in that bound's bucket), their sum and
-    their maximum in seconds, and (``keep_gaps``) the gaps in seconds in commit order; ``None`` with fewer
-    than two commits.
-
-    When the smallest and the largest gap share a bucket (a steady stream) that bucket takes them all.
-    Otherwise the gaps are sorted once (in C) and each bound is located by bisection: measured here on 255
-    gaps, about half the cost of bisecting every gap into the bounds (``map(bisect_left, ...)`` plus a
-    count) and far below a Python loop.
-    """
-    if n < 2:
-        return None
-    gaps: list[int] | list[float]
-    if multi is None or not any(0 < i < n for i in multi):
-        gaps = list(map(sub, islice(times, 1, n), times))
-    else:
-        weighted: list[float] = []
-        for i in range(1, n):
-            g = times[i] - times[i - 1]
-            k = multi.get(i, 1)
-            if k == 1:
-                weighted.append(g)
-            else:
-                weighted.extend([g / k] * k)
-        gaps = weighted
-    ordered = [g / 1e9 for g in gaps] if keep_gaps else None
-    total_s = (times[n - 1] - times[0]) / 1e9
-    hi = max(gaps)
-    first = bisect_left(bounds_ns, min(gaps))
-    if first == bisect_left(bounds_ns, hi):  # a steady stream: every gap in one bucket, nothing to sort
-        counts = [0] * (len(bounds_ns) + 1)
-        counts[first] = len(gaps)
-        return counts, total_s, hi / 1e9, ordered
-    gaps.sort()
-    counts = []
-    prev = 0
-    for b in bounds_ns:
-        c = bisect_right(gaps, b)
-        counts.append(c - prev)
-        prev = c
-    counts.append(len(gaps) - prev)
-    return counts, total_s, hi / 1e9, ordered

@@ -38,7 +38,7 @@ BREAKER_STATES: tuple[str, ...] = ("closed", "half_open", "open")
 SUMMARY_DROP_REASONS: tuple[str, ...] = ("queue_full", "store_error")
 """Why a request summary never reached the store."""
 
-OBSERVATION_DROP_REASONS: tuple[str, ...] = ("nan", "infinite", "negative")
+OBSERVATION_DROP_REASONS: tuple[str, ...] = ("nan", "infinite", "negative", "invalid_count")
 """Why a timing handed to the telemetry was dropped instead of observed."""
 
 
@@ -203,7 +203,8 @@ SUMMARIES_DROPPED = Metric(
     narrowed=(("reason", SUMMARY_DROP_REASONS),))
 OBSERVATIONS_DROPPED = Metric(
     "observations_dropped", "llmslo_observations_dropped_total", "counter", "",
-    "Timings dropped instead of observed because they were NaN, infinite or negative.", ("reason",),
+    "Observations dropped: NaN, infinite or negative timings; token counts that are not non-negative integers.",
+    ("reason",),
     narrowed=(("reason", OBSERVATION_DROP_REASONS),))
 INTERNAL_ERRORS = Metric(
     "internal_errors", "llmslo_internal_errors_total", "counter", "errors",

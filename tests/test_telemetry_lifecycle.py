@@ -18,11 +18,22 @@ from llmslo.telemetry import (
     LabelPolicy,
     SloPolicy,
     Telemetry,
+    _tokenlog,
     current_tracker,
     validate_summary,
 )
 
 SIGNALS = ("deadline", "client_cancel", "error", "server_draining")
+
+
+@pytest.fixture(autouse=True, params=["native", "python"])
+def token_log(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every lifecycle test runs with the native token log and again with the pure-Python one."""
+    if request.param == "native" and _tokenlog.NativeTokenLog is None:
+        pytest.skip("the native token log is not built (see test_telemetry_tokenlog.py)")
+    if request.param == "python":
+        monkeypatch.setattr(_tokenlog, "NativeTokenLog", None)
+    return str(request.param)
 
 
 class FakeClock:
@@ -75,6 +86,22 @@ def test_a_commit_of_k_tokens_adds_k_itl_samples_of_gap_over_k() -> None:
     t.commit(k=4)
     t.finish("length")
     assert rows[0]["itl_s"] == pytest.approx([0.0025] * 4)
+
+
+def test_invalid_token_counts_are_dropped_and_counted_at_the_terminal_state() -> None:
+    tel, rows = make()
+    t = tel.start("r1", model="m")
+    t.commit()
+    t.commit(k=0)
+    t.commit(k=2, proposed=-1)
+    t.send(-5)
+    t.send(2)
+    t.finish("stop")
+    (row,) = rows
+    assert row["generated_tokens"] == 3 and row["sent_tokens"] == 2 and row["proposed_tokens"] == 0
+    assert validate_summary(row) == []
+    assert tel.guard.dropped == {"invalid_count": 3}
+    assert tel.metrics.value("observations_dropped", reason="invalid_count") == 3
 
 
 def test_later_finish_signals_are_no_ops_counted_by_reason() -> None:

@@ -1,0 +1,482 @@
+/* The native token log of one request: the per-token hot path of llmslo.telemetry in C.
+ *
+ * Same contract as the pure-Python TokenLog in _tokenlog.py (the tests run both on the same inputs):
+ * commit(k=1, proposed=0) records one commit event (k tokens, a monotonic timestamp in nanoseconds),
+ * send(n=1) counts tokens handed to the transport, and the read side gives what the terminal state
+ * needs: commits up to a time, tokens in them, the token-weighted ITL histogram and the gaps.
+ *
+ * Nothing here raises on bad data: an invalid count, a clock that fails or memory that runs out is
+ * counted in `invalid` and the call does nothing else. A call that does not match the signature (an unknown
+ * keyword, too many arguments) raises TypeError, as a Python method would. Every method runs under the GIL and calls no
+ * Python code except an injected clock, so calls are atomic with respect to each other.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <time.h>
+
+typedef struct {
+    PyObject_HEAD
+    int64_t *times;      /* commit times, ns */
+    int32_t *ks;         /* tokens per commit; NULL while every commit was one token */
+    Py_ssize_t n;        /* commits recorded */
+    Py_ssize_t cap;      /* room in times (and ks) */
+    PyObject *clock;     /* NULL: CLOCK_MONOTONIC read directly (what time.monotonic_ns reads on Linux) */
+    long long sent;      /* tokens handed to the transport */
+    long long proposed;  /* draft tokens proposed */
+    long long invalid;   /* calls ignored: bad count, failed clock, no memory */
+} TokenLog;
+
+static int
+grow(TokenLog *self)
+{
+    Py_ssize_t cap = self->cap ? self->cap * 2 : 64;
+    int64_t *times = PyMem_Realloc(self->times, (size_t)cap * sizeof(int64_t));
+    if (times == NULL) {
+        return -1;
+    }
+    self->times = times;
+    if (self->ks != NULL) {
+        int32_t *ks = PyMem_Realloc(self->ks, (size_t)cap * sizeof(int32_t));
+        if (ks == NULL) {
+            return -1;
+        }
+        self->ks = ks;
+    }
+    self->cap = cap;
+    return 0;
+}
+
+/* The clock now, ns; 0 with self->invalid counted when an injected clock fails. */
+static int
+now_ns(TokenLog *self, int64_t *out)
+{
+    if (self->clock == NULL) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        *out = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+        return 0;
+    }
+    PyObject *value = PyObject_CallNoArgs(self->clock);
+    if (value == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    long long v = PyLong_AsLongLong(value);
+    Py_DECREF(value);
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A non-negative count from obj (an int, bool included), or -1 when it is not one. */
+static long long
+count_of(PyObject *obj)
+{
+    if (!PyLong_Check(obj)) {
+        return -1;
+    }
+    long long v = PyLong_AsLongLong(obj);
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    return v < 0 ? -1 : v;
+}
+
+/* Arguments (first=..., second=...) like a Python signature; a wrong call raises TypeError, as it would
+ * for the pure-Python log: a mistake in the calling code, not bad data. second may be NULL (one argument). */
+static int
+parse_args(const char *fname, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *first,
+           const char *second, PyObject **a, PyObject **b)
+{
+    Py_ssize_t most = second == NULL ? 1 : 2;
+    if (nargs > most) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most %zd arguments (%zd given)", fname, most, nargs);
+        return -1;
+    }
+    if (nargs >= 1) {
+        *a = args[0];
+    }
+    if (nargs == 2) {
+        *b = args[1];
+    }
+    if (kwnames != NULL) {
+        Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
+        for (Py_ssize_t i = 0; i < nkw; i++) {
+            PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+            PyObject *value = args[nargs + i];
+            if (first != NULL && PyUnicode_CompareWithASCIIString(name, first) == 0 && nargs < 1) {
+                *a = value;
+            }
+            else if (second != NULL && PyUnicode_CompareWithASCIIString(name, second) == 0 && nargs < 2) {
+                *b = value;
+            }
+            else {
+                PyErr_Format(PyExc_TypeError, "%s() got an unexpected or repeated keyword argument '%U'",
+                             fname, name);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static PyObject *
+TokenLog_commit(TokenLog *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    long long k = 1, proposed = 0;
+    if (nargs != 0 || kwnames != NULL) {
+        PyObject *ko = NULL, *po = NULL;
+        if (parse_args("commit", args, nargs, kwnames, "k", "proposed", &ko, &po) < 0) {
+            return NULL;
+        }
+        if (ko != NULL) {
+            k = count_of(ko);
+            if (k < 1 || k > INT32_MAX) {
+                self->invalid++;
+                Py_RETURN_NONE;
+            }
+        }
+        if (po != NULL) {
+            proposed = count_of(po);
+            if (proposed < 0) {
+                self->invalid++;
+                proposed = 0;
+            }
+        }
+    }
+    int64_t t;
+    if (now_ns(self, &t) < 0 || (self->n == self->cap && grow(self) < 0)) {
+        self->invalid++;
+        Py_RETURN_NONE;
+    }
+    if (k != 1 && self->ks == NULL) {
+        self->ks = PyMem_Malloc((size_t)self->cap * sizeof(int32_t));
+        if (self->ks == NULL) {
+            self->invalid++;
+            Py_RETURN_NONE;
+        }
+        for (Py_ssize_t i = 0; i < self->n; i++) {
+            self->ks[i] = 1;
+        }
+    }
+    self->times[self->n] = t;
+    if (self->ks != NULL) {
+        self->ks[self->n] = (int32_t)k;
+    }
+    self->n++;
+    self->proposed += proposed;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+TokenLog_send(TokenLog *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    long long n = 1;
+    if (nargs != 0 || kwnames != NULL) {
+        PyObject *no = NULL;
+        if (parse_args("send", args, nargs, kwnames, "n", NULL, &no, &no) < 0) {
+            return NULL;
+        }
+        if (no != NULL) {
+            n = count_of(no);
+            if (n < 0) {
+                self->invalid++;
+                Py_RETURN_NONE;
+            }
+        }
+    }
+    self->sent += n;
+    Py_RETURN_NONE;
+}
+
+/* The index argument of a read method: 0 <= m <= n. */
+static int
+prefix_of(TokenLog *self, PyObject *arg, Py_ssize_t *m)
+{
+    Py_ssize_t v = PyLong_AsSsize_t(arg);
+    if (v == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (v < 0 || v > self->n) {
+        PyErr_Format(PyExc_IndexError, "commit prefix %zd outside 0..%zd", v, self->n);
+        return -1;
+    }
+    *m = v;
+    return 0;
+}
+
+static PyObject *
+TokenLog_count_until(TokenLog *self, PyObject *arg)
+{
+    long long until = PyLong_AsLongLong(arg);
+    if (until == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t m = self->n;
+    while (m > 0 && self->times[m - 1] > until) {
+        m--;
+    }
+    return PyLong_FromSsize_t(m);
+}
+
+static PyObject *
+TokenLog_time_ns(TokenLog *self, PyObject *arg)
+{
+    Py_ssize_t i = PyLong_AsSsize_t(arg);
+    if (i == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (i < 0 || i >= self->n) {
+        PyErr_Format(PyExc_IndexError, "commit %zd outside 0..%zd", i, self->n - 1);
+        return NULL;
+    }
+    return PyLong_FromLongLong(self->times[i]);
+}
+
+static PyObject *
+TokenLog_generated(TokenLog *self, PyObject *arg)
+{
+    Py_ssize_t m;
+    if (prefix_of(self, arg, &m) < 0) {
+        return NULL;
+    }
+    if (self->ks == NULL) {
+        return PyLong_FromSsize_t(m);
+    }
+    long long total = 0;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        total += self->ks[i];
+    }
+    return PyLong_FromLongLong(total);
+}
+
+/* ceil(g / k) for k >= 1: a gap of g ns over k tokens is at most a bound b (ns) exactly when this is. */
+static inline int64_t
+per_token_ceil(int64_t g, int64_t k)
+{
+    int64_t q = g / k;
+    return (g % k != 0 && g > 0) ? q + 1 : q;
+}
+
+static PyObject *
+TokenLog_itl(TokenLog *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "itl(m, bounds_ns) takes two arguments");
+        return NULL;
+    }
+    Py_ssize_t m;
+    if (prefix_of(self, args[0], &m) < 0) {
+        return NULL;
+    }
+    if (m < 2) {
+        Py_RETURN_NONE;
+    }
+    PyObject *seq = PySequence_Fast(args[1], "bounds_ns must be a sequence of ints");
+    if (seq == NULL) {
+        return NULL;
+    }
+    Py_ssize_t nb = PySequence_Fast_GET_SIZE(seq);
+    int64_t *bounds = PyMem_Malloc((size_t)(nb + 1) * sizeof(int64_t));
+    long long *counts = PyMem_Calloc((size_t)nb + 1, sizeof(long long));
+    PyObject *result = NULL, *list = NULL;
+    if (bounds == NULL || counts == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < nb; j++) {
+        bounds[j] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, j));
+        if (bounds[j] == -1 && PyErr_Occurred()) {
+            goto done;
+        }
+    }
+    double hi = 0.0;
+    int have_hi = 0;
+    for (Py_ssize_t i = 1; i < m; i++) {
+        int64_t g = self->times[i] - self->times[i - 1];
+        int64_t k = self->ks == NULL ? 1 : self->ks[i];
+        int64_t c = k == 1 ? g : per_token_ceil(g, k);
+        /* first bound >= c (bisect_left): a gap equal to a bound counts in that bound's bucket */
+        Py_ssize_t lo = 0, up = nb;
+        while (lo < up) {
+            Py_ssize_t mid = (lo + up) / 2;
+            if (bounds[mid] < c) {
+                lo = mid + 1;
+            }
+            else {
+                up = mid;
+            }
+        }
+        counts[lo] += k;
+        double v = k == 1 ? (double)g : (double)g / (double)k;
+        if (!have_hi || v > hi) {
+            hi = v;
+            have_hi = 1;
+        }
+    }
+    list = PyList_New(nb + 1);
+    if (list == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j <= nb; j++) {
+        PyObject *c = PyLong_FromLongLong(counts[j]);
+        if (c == NULL) {
+            goto done;
+        }
+        PyList_SET_ITEM(list, j, c);
+    }
+    double total_s = (double)(self->times[m - 1] - self->times[0]) / 1e9;
+    result = Py_BuildValue("(Odd)", list, total_s, hi / 1e9);
+done:
+    Py_XDECREF(list);
+    Py_DECREF(seq);
+    PyMem_Free(bounds);
+    PyMem_Free(counts);
+    return result;
+}
+
+static PyObject *
+TokenLog_gaps_s(TokenLog *self, PyObject *arg)
+{
+    Py_ssize_t m;
+    if (prefix_of(self, arg, &m) < 0) {
+        return NULL;
+    }
+    PyObject *out = PyList_New(0);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 1; i < m; i++) {
+        int64_t g = self->times[i] - self->times[i - 1];
+        int64_t k = self->ks == NULL ? 1 : self->ks[i];
+        double v = (k == 1 ? (double)g : (double)g / (double)k) / 1e9;
+        for (int64_t j = 0; j < k; j++) {
+            PyObject *f = PyFloat_FromDouble(v);
+            if (f == NULL || PyList_Append(out, f) < 0) {
+                Py_XDECREF(f);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(f);
+        }
+    }
+    return out;
+}
+
+static Py_ssize_t
+TokenLog_len(TokenLog *self)
+{
+    return self->n;
+}
+
+static int
+TokenLog_init(TokenLog *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"clock_ns", NULL};
+    PyObject *clock = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:TokenLog", kwlist, &clock)) {
+        return -1;
+    }
+    if (clock != Py_None && !PyCallable_Check(clock)) {
+        PyErr_SetString(PyExc_TypeError, "TokenLog.clock_ns must be callable or None");
+        return -1;
+    }
+    Py_XSETREF(self->clock, clock == Py_None ? NULL : Py_NewRef(clock));
+    return 0;
+}
+
+static int
+TokenLog_traverse(TokenLog *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->clock);
+    return 0;
+}
+
+static int
+TokenLog_clear(TokenLog *self)
+{
+    Py_CLEAR(self->clock);
+    return 0;
+}
+
+static void
+TokenLog_dealloc(TokenLog *self)
+{
+    PyObject_GC_UnTrack(self);
+    TokenLog_clear(self);
+    PyMem_Free(self->times);
+    PyMem_Free(self->ks);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef TokenLog_methods[] = {
+    {"commit", (PyCFunction)(void (*)(void))TokenLog_commit, METH_FASTCALL | METH_KEYWORDS,
+     "commit(k=1, proposed=0): k output tokens committed now (proposed: draft tokens proposed for them)."},
+    {"send", (PyCFunction)(void (*)(void))TokenLog_send, METH_FASTCALL | METH_KEYWORDS,
+     "send(n=1): n output tokens handed to the transport for the client."},
+    {"count_until", (PyCFunction)TokenLog_count_until, METH_O,
+     "count_until(until_ns): commits left once those after until_ns (from the end) are dropped."},
+    {"time_ns", (PyCFunction)TokenLog_time_ns, METH_O, "time_ns(i): the time of commit i, ns."},
+    {"generated", (PyCFunction)TokenLog_generated, METH_O, "generated(m): tokens in the first m commits."},
+    {"itl", (PyCFunction)(void (*)(void))TokenLog_itl, METH_FASTCALL,
+     "itl(m, bounds_ns): token-weighted ITL counts per bucket (+Inf last), their sum and maximum, seconds."},
+    {"gaps_s", (PyCFunction)TokenLog_gaps_s, METH_O, "gaps_s(m): token-weighted ITL gaps, seconds."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef TokenLog_members[] = {
+    {"sent", T_LONGLONG, offsetof(TokenLog, sent), READONLY, "tokens handed to the transport"},
+    {"proposed", T_LONGLONG, offsetof(TokenLog, proposed), READONLY, "draft tokens proposed"},
+    {"invalid", T_LONGLONG, offsetof(TokenLog, invalid), READONLY, "calls ignored as invalid"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PySequenceMethods TokenLog_as_sequence = {
+    .sq_length = (lenfunc)TokenLog_len,
+};
+
+static PyTypeObject TokenLogType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "llmslo.telemetry._tokenlog_c.TokenLog",
+    .tp_doc = "The commit times and token counts of one request (native).",
+    .tp_basicsize = sizeof(TokenLog),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)TokenLog_init,
+    .tp_dealloc = (destructor)TokenLog_dealloc,
+    .tp_traverse = (traverseproc)TokenLog_traverse,
+    .tp_clear = (inquiry)TokenLog_clear,
+    .tp_methods = TokenLog_methods,
+    .tp_members = TokenLog_members,
+    .tp_as_sequence = &TokenLog_as_sequence,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "llmslo.telemetry._tokenlog_c",
+    .m_doc = "The native token log of llmslo.telemetry (see _tokenlog.py for the contract).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC
+PyInit__tokenlog_c(void)
+{
+    if (PyType_Ready(&TokenLogType) < 0) {
+        return NULL;
+    }
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddObjectRef(m, "TokenLog", (PyObject *)&TokenLogType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
