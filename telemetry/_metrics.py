@@ -223,18 +223,27 @@ class TelemetryMetrics(Collector):
         if ex is not None:
             c.exemplar = ex
 
+    # The per-request updates below take the lock with acquire()/finally: half the cost of ``with`` (see
+    # _lifecycle.py's docstring).
+
     def request_admitted(self, model: LabelValues) -> None:
         """A request of ``model`` (resolved, see :meth:`model_labels`) was admitted: in flight and queued +1."""
-        with self._lock:
+        self._lock.acquire()
+        try:
             for key in ("in_flight", "queued"):
                 g = self._gauges[key]
                 g[model] = g.get(model, 0.0) + 1
+        finally:
+            self._lock.release()
 
     def request_scheduled(self, model: LabelValues) -> None:
         """An admitted request of ``model`` joined a batch: queued -1."""
-        with self._lock:
+        self._lock.acquire()
+        try:
             g = self._gauges["queued"]
             g[model] = g.get(model, 0.0) - 1
+        finally:
+            self._lock.release()
 
     def _series_of(self, labels: LabelValues) -> _Series:
         series = self._series.get(labels)
@@ -262,7 +271,8 @@ class TelemetryMetrics(Collector):
         outcome_key = (finish_reason, reject_reason, verdicts)
         outcome = series.outcomes.get(outcome_key)
         ts = self._clock_unix_s() if exemplar is not None else 0.0
-        with self._lock:
+        self._lock.acquire()
+        try:
             hists = series.hists
             for k, value in enumerate(intervals):
                 if value is None:
@@ -320,6 +330,8 @@ class TelemetryMetrics(Collector):
                 if not scheduled:
                     g = self._gauges["queued"]
                     g[model] = g.get(model, 0.0) - 1
+        finally:
+            self._lock.release()
 
     def _new_hist(self, k: int, labels: LabelValues) -> _Hist:
         return self._hist[_SERIES_HISTOGRAMS[k]].setdefault(labels, _Hist(len(self._hist_bounds[k])))

@@ -22,6 +22,7 @@ integer arithmetic (``ceil(g / k) <= b``).
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from bisect import bisect_left, bisect_right
@@ -231,8 +232,11 @@ NATIVE_CLOCK = (sys.implementation.name == "cpython"
 """Whether the native log's own clock read is ``time.monotonic_ns`` (so it can skip the Python call)."""
 
 
-def new_token_log(clock_ns: Callable[[], int]) -> TokenLogLike:
-    """A token log reading ``clock_ns``: native when built, with its own clock read when that is the same."""
+def token_log_factory(clock_ns: Callable[[], int]) -> Callable[[], TokenLogLike]:
+    """What makes a token log reading ``clock_ns`` (chosen once per :class:`Telemetry`, called per request):
+    native when built, with its own clock read when that reads the same clock, else pure Python."""
     if NativeTokenLog is not None:
-        return NativeTokenLog(None if clock_ns is time.monotonic_ns and NATIVE_CLOCK else clock_ns)
-    return PyTokenLog(clock_ns)
+        if clock_ns is time.monotonic_ns and NATIVE_CLOCK:
+            return NativeTokenLog  # type: ignore[return-value]  # called with no argument: its own clock
+        return functools.partial(NativeTokenLog, clock_ns)
+    return functools.partial(PyTokenLog, clock_ns)

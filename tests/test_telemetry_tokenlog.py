@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmslo.telemetry import _tokenlog
-from llmslo.telemetry._tokenlog import NativeTokenLog, PyTokenLog, TokenLogLike, new_token_log
+from llmslo.telemetry._tokenlog import NativeTokenLog, PyTokenLog, TokenLogLike, token_log_factory
 
 BOUNDS_NS = (5_000_000, 10_000_000, 20_000_000, 50_000_000, 100_000_000, 1_000_000_000)
 
@@ -189,7 +189,7 @@ def test_both_implementations_agree_with_each_other_and_with_a_brute_force_itl(
 @pytest.mark.skipif(NativeTokenLog is None, reason="the native token log is not built")
 def test_the_native_clock_reads_what_time_monotonic_ns_reads() -> None:
     assert NativeTokenLog is not None
-    log = new_token_log(time.monotonic_ns)
+    log = token_log_factory(time.monotonic_ns)()
     assert type(log) is NativeTokenLog
     before = time.monotonic_ns()
     for _ in range(1000):
@@ -226,7 +226,7 @@ def test_a_log_in_a_reference_cycle_with_its_clock_is_collected(impl: Factory) -
 
 def test_the_python_log_is_used_when_the_native_module_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_tokenlog, "NativeTokenLog", None)
-    assert type(new_token_log(time.monotonic_ns)) is PyTokenLog
+    assert type(token_log_factory(time.monotonic_ns)()) is PyTokenLog
 
 
 @pytest.mark.skipif(sys.implementation.name != "cpython", reason="refcounts are CPython's")
