@@ -9,6 +9,8 @@ from one repeat to the next):
   ``observe`` per token, TTFT/TPOT/e2e/queue observes, token and request counter increments;
 * (b) llmslo, same metrics plus request-id exemplars, no tracing (``commit()`` + ``send()`` per token);
 * (b') llmslo, ``commit()`` only per token (what the engine loop itself calls);
+* (b-py) as (b) with the pure-Python token log forced (what a server gets when the native module was not
+  built at install: no C compiler); (b) itself uses the native log when it is built, as a server would;
 * (c) llmslo with tracing (request span, three phase spans, GenAI metrics) to an in-memory span exporter
   (``SimpleSpanProcessor``, so the export is inside the timing) and an in-memory metric reader.
 
@@ -25,6 +27,7 @@ Run: ``.venv/bin/python -m llmslo.bench.bench_telemetry --repeats 3 --loops 500 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import time
 from collections.abc import Callable
@@ -34,6 +37,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from llmslo.bench._util import current_rss_mb, median, table, temp_dir
 from llmslo.telemetry import DEFAULT_BUCKETS_S, METRICS_BY_KEY, SummarySink, Telemetry
+from llmslo.telemetry._tokenlog import NativeTokenLog, PyTokenLog
 
 TOKENS = 256
 TARGET_PER_TOKEN_X = 2.0
@@ -113,6 +117,13 @@ def _llmslo_loop(tel: Telemetry, n: int, loops: int, after: Callable[[], object]
 
 def llmslo(n: int, loops: int) -> float:
     return _llmslo_loop(Telemetry(version="v1"), n, loops)
+
+
+def llmslo_pure_python(n: int, loops: int) -> float:
+    """(b) with the pure-Python token log, as without the native module."""
+    tel = Telemetry(version="v1")
+    tel.new_token_log = functools.partial(PyTokenLog, time.monotonic_ns)
+    return _llmslo_loop(tel, n, loops)
 
 
 def llmslo_commit_only(n: int, loops: int) -> float:
@@ -204,7 +215,7 @@ def main() -> None:
     args = ap.parse_args()
     fns: dict[str, Callable[[int, int], float]] = {
         "bare append": bare, "(a) prometheus-client": plain_prometheus, "(b) llmslo": llmslo,
-        "(b') llmslo commit() only": llmslo_commit_only,
+        "(b') llmslo commit() only": llmslo_commit_only, "(b-py) llmslo, pure-Python token log": llmslo_pure_python,
     }
     tracing = _tracing_case()
     if tracing is not None:
@@ -232,7 +243,8 @@ def main() -> None:
         return median([rep[num][i] / rep[den][i if j is None else j] for rep in per_repeat])
 
     print(f"One request, {TOKENS} tokens, one commit per token; medians of {args.repeats} repeats "
-          f"x {args.loops} requests (order rotated per repeat)")
+          f"x {args.loops} requests (order rotated per repeat); token log in (b): "
+          f"{'native' if NativeTokenLog is not None else 'pure Python (the native module is not built)'}")
     print(table(["method", "per request (us)", "per token (ns)", "fixed per request (us)"],
                 [[n, med(n, 0) / 1000, med(n, 1), med(n, 2) / 1000] for n in names]))
     per_token_x = med_ratio("(b) llmslo", "bare append", 1)
@@ -246,6 +258,9 @@ def main() -> None:
         ["(a) / (b) per request", vs_prom, f">= {TARGET_VS_PROMETHEUS_X:g}",
          _verdict(vs_prom >= TARGET_VS_PROMETHEUS_X)],
         ["(b') commit() per token / bare append (info)", commit_x, "-", ""],
+        ["(b-py) per token / bare append (info)", med_ratio("(b-py) llmslo, pure-Python token log", "bare append", 1),
+         "-", ""],
+        ["(b-py) fixed per request (us) (info)", med("(b-py) llmslo, pure-Python token log", 2) / 1000, "-", ""],
     ]
     if tracing is not None:
         c = "(c) llmslo + tracing (in-memory)"

@@ -60,6 +60,11 @@ class TokenLogLike(Protocol):
 
 _COUNT_MAX = 2**63 - 1  # the native log's counters are 64-bit
 _K_MAX = 2**31 - 1  # tokens in one commit: the native log stores them in 32 bits
+# The common calls, commit() and send(), are recognised by identity: CPython caches small ints, so a literal
+# 1 or 0 is always this object, and an equal value that is not (1.0, True, another runtime) takes the path
+# that validates it. Measured here: about twice as cheap as checking the type and the value.
+_ONE = 1
+_ZERO = 0
 
 
 def _count(value: object) -> int:
@@ -86,7 +91,7 @@ class PyTokenLog:
 
     def commit(self, k: int = 1, proposed: int = 0) -> None:
         """``k`` output tokens committed now (``proposed``: draft tokens proposed for them)."""
-        if k.__class__ is int and proposed.__class__ is int and k == 1 and proposed == 0:
+        if k is _ONE and proposed is _ZERO:
             try:
                 self._append(self._clock())
             except Exception:
@@ -117,14 +122,14 @@ class PyTokenLog:
 
     def send(self, n: int = 1) -> None:
         """``n`` output tokens handed to the transport for the client."""
-        if n.__class__ is int and 0 <= n <= _COUNT_MAX:
-            self.sent += n
+        if n is _ONE:
+            self.sent += 1
+            return
+        c = _count(n)
+        if c < 0:
+            self.invalid += 1
         else:
-            c = _count(n)
-            if c < 0:
-                self.invalid += 1
-            else:
-                self.sent += c
+            self.sent += c
 
     def __len__(self) -> int:
         return len(self._times)
