@@ -119,6 +119,9 @@ class Telemetry:
         if sink is not None and not callable(sink):
             raise ConfigurationError("Telemetry.sink: must be callable with one summary dict")
         self.policies: dict[str, SloPolicy] = {p.name: p for p in policies}
+        # the (slo_class, good) pairs a finished request reports, made once: indexed [name][good]
+        self.verdict_keys: dict[str, tuple[tuple[tuple[str, bool]], tuple[tuple[str, bool]]]] = {
+            p.name: (((p.name, False),), ((p.name, True),)) for p in policies}
         self.default_policy = policies[0]
         self.metrics = TelemetryMetrics(registry=registry, buckets=buckets, labels=labels, policies=policies,
                                         clock_unix_s=clock_unix_s)
@@ -555,15 +558,17 @@ class RequestTracker:
         tpot = tpot_s(ttft, last, generated)
         self.summary = row
         policy = tel.policies[self.slo_class]
+        reason = self.finish_reason or "error"
+        good = policy.verdict(reason, ttft, tpot, generated, e2e)
         rid = self.request_id
         ex = (exemplar_labels(rid, self.trace_id()) if self._span is not None
               else {"request_id": rid if len(rid) <= _EXEMPLAR_ID_CHARS else rid[:_EXEMPLAR_ID_CHARS]})
         m.record_request(m.request_labels(self.model, self.version, self.tenant_class),
-                         finish_reason=self.finish_reason or "error", reject_reason=self.reject_reason,
+                         finish_reason=reason, reject_reason=self.reject_reason,
                          intervals=(ttft, e2e, queue, self.client_ttft_s),
                          tpot=tpot, itl=itl,
                          tokens=(self.prompt_tokens, log.proposed, generated, sent), exemplar=ex,
-                         verdicts=((policy.name, policy.is_good(row)),),
+                         verdicts=tel.verdict_keys[policy.name][good],
                          admitted=self.admitted_ns is not None, scheduled=self.scheduled_ns is not None)
         if tel.sink is not None:
             try:

@@ -228,11 +228,13 @@ class TelemetryMetrics(Collector):
 
     def request_admitted(self, model: LabelValues) -> None:
         """A request of ``model`` (resolved, see :meth:`model_labels`) was admitted: in flight and queued +1."""
+        gauges = self._gauges
         self._lock.acquire()
         try:
-            for key in ("in_flight", "queued"):
-                g = self._gauges[key]
-                g[model] = g.get(model, 0.0) + 1
+            g = gauges["in_flight"]
+            g[model] = g.get(model, 0.0) + 1
+            g = gauges["queued"]
+            g[model] = g.get(model, 0.0) + 1
         finally:
             self._lock.release()
 

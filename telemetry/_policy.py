@@ -17,6 +17,10 @@ from llmslo.telemetry._summary import FINISH_REASONS, tpot_s
 DEFAULT_SUCCESS: frozenset[str] = frozenset({"stop", "length"})
 
 
+def _seconds(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 @dataclass(frozen=True)
 class SloPolicy:
     """Which requests count as good, fixed before any request is seen.
@@ -62,31 +66,29 @@ class SloPolicy:
 
     def is_good(self, row: Mapping[str, object]) -> bool:
         """The verdict for one request-summary row (see the class docstring)."""
-        if row.get("finish_reason") not in self.success:
+        ttft, last, e2e = (_seconds(row.get(k)) for k in ("ttft_s", "last_token_s", "e2e_s"))
+        generated = row.get("generated_tokens")
+        n = generated if isinstance(generated, int) else 0
+        return self.verdict(row.get("finish_reason"), ttft, tpot_s(ttft, last, n), n, e2e)
+
+    def verdict(self, finish_reason: object, ttft: float | None, tpot: float | None, generated_tokens: int,
+                e2e: float | None) -> bool:
+        """The verdict from a request's finish reason, TTFT, TPOT (``None`` for at most one token), generated
+        tokens and e2e (seconds; ``None`` when undefined). :meth:`is_good` reads them from a summary row."""
+        if finish_reason not in self.success:
             return False
-        if self.ttft_s is not None:
-            ttft = row.get("ttft_s")
-            if not isinstance(ttft, (int, float)) or ttft > self.ttft_s:
-                return False
-        if self.tpot_s is not None:
-            generated = row.get("generated_tokens")
-            n = generated if isinstance(generated, int) else 0
-            if n > 1:
-                ttft, last = row.get("ttft_s"), row.get("last_token_s")
-                tpot = tpot_s(
-                    float(ttft) if isinstance(ttft, (int, float)) else None,
-                    float(last) if isinstance(last, (int, float)) else None,
-                    n,
-                )
-                if tpot is None or tpot > self.tpot_s:
+        limit = self.ttft_s
+        if limit is not None and (ttft is None or ttft > limit):
+            return False
+        limit = self.tpot_s
+        if limit is not None:
+            if generated_tokens > 1:
+                if tpot is None or tpot > limit:
                     return False
             elif not self.one_token_passes_tpot:
                 return False
-        if self.e2e_s is not None:
-            e2e = row.get("e2e_s")
-            if not isinstance(e2e, (int, float)) or e2e > self.e2e_s:
-                return False
-        return True
+        limit = self.e2e_s
+        return limit is None or (e2e is not None and e2e <= limit)
 
     def thresholds(self) -> dict[str, float]:
         """The configured thresholds by interval name (``ttft_s``, ``tpot_s``, ``e2e_s``), seconds."""
