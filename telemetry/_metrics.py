@@ -3,14 +3,15 @@
 One collector holds every llmslo metric of a process: histograms (TTFT, TPOT, ITL, e2e, queue, client
 TTFT), counters (the four token counts, requests by finish reason, rejections, ignored terminal signals,
 goodput, drops, internal errors) and gauges (in flight, queued, queue capacity, paused streams, draining,
-breaker state). A request updates them in one step at its terminal state, under one lock; the inter-token
-gaps of a request arrive already counted per bucket, so a 256-token reply costs one merge, not 256
-observations. Exemplars (``request_id``, ``trace_id``) ride on histogram buckets (the observed value) and
-counters (the request's increment, e.g. its 256 generated tokens) and are exposed only in the OpenMetrics
-format; they are not available in prometheus-client's multiprocess mode (one collector per process, which
-is what this is). They are kept as plain tuples and turned into prometheus-client exemplars only when
-scraped. The GPU gauges of the catalogue belong to :class:`llmslo.telemetry.GpuSampler`, not to this
-collector.
+breaker state). A finished request is buffered and folded with the others in batches (``FOLD_BATCH``, and
+before every scrape or read, so nothing finished is ever missing from the exposition); the inter-token gaps
+of a request arrive already counted per bucket, so a 256-token reply costs one merge, not 256
+observations. Exemplars (``request_id``, ``trace_id``) ride on histogram buckets (the largest observation
+of the latest batch in that bucket, with its value) and counters (the batch's latest request with an
+increment, e.g. its 256 generated tokens) and are exposed only in the OpenMetrics format; they are not
+available in prometheus-client's multiprocess mode (one collector per process, which is what this is).
+They are kept as plain tuples and turned into prometheus-client exemplars only when scraped. The GPU
+gauges of the catalogue belong to :class:`llmslo.telemetry.GpuSampler`, not to this collector.
 """
 
 from __future__ import annotations
@@ -124,9 +125,9 @@ class _Series:
 FOLD_BATCH = 256
 """Finished requests buffered before they are folded into the instruments on the request path. A scrape (and
 every read) folds whatever is buffered first, so the exposition always includes every finished request.
-Folding a batch costs a few C-level passes per column instead of some 400 bytecodes per request: measured
-here, the fixed cost per request fell by about a quarter; the batch that reaches this size is folded on the
-request path of its last request (about 0.3 ms here)."""
+Folding a batch costs a few C-level passes per column instead of some 400 bytecodes per request; measured
+here (paired runs, old and new at once), the fixed cost per request fell by about 18 %. The request that
+fills a batch folds it: about 0.5 ms for 255 requests here."""
 
 _Finished = tuple[LabelValues, tuple[object, ...], tuple[float | None, ...], float | None,
                   tuple[Sequence[int], float, float] | None, tuple[int, ...], dict[str, str] | None, float]
