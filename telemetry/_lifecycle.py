@@ -22,7 +22,6 @@ import contextlib
 import contextvars
 import functools
 import inspect
-import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -319,7 +318,7 @@ class RequestTracker:
         log = self._log = tel.new_token_log()
         self.commit = log.commit
         self.send = log.send
-        self._lock = threading.Lock()
+        self._lock = tel.metrics.lock  # shared: see TelemetryMetrics.lock
         self._resources: list[tuple[str, Callable[[], object]]] = []
         self._span: object = None
         self.request_id = request_id if isinstance(request_id, str) and request_id else uuid.uuid4().hex
@@ -353,30 +352,31 @@ class RequestTracker:
     def admit(self) -> None:
         """Admission control accepted the request (it now counts in flight and queued)."""
         try:
-            self._lock.acquire()
+            now = self._clock()
+            lock = self._lock
+            lock.acquire()
             try:
-                if self.finish_reason is not None or self.admitted_ns is not None:
-                    return
-                self.admitted_ns = self._clock()
+                if self.finish_reason is None and self.admitted_ns is None:
+                    self.admitted_ns = now
+                    self._tel.metrics.admitted_locked(self._model_key)
             finally:
-                self._lock.release()
-            self._tel.metrics.request_admitted(self._model_key)
+                lock.release()
         except Exception as exc:
             self._tel.guard.error("admit", exc)
 
     def schedule(self) -> None:
         """The request joined a batch (the first call counts; later preemptions do not move it)."""
         try:
-            self._lock.acquire()
+            now = self._clock()
+            lock = self._lock
+            lock.acquire()
             try:
-                if self.finish_reason is not None or self.scheduled_ns is not None:
-                    return
-                self.scheduled_ns = self._clock()
-                queued = self.admitted_ns is not None
+                if self.finish_reason is None and self.scheduled_ns is None:
+                    self.scheduled_ns = now
+                    if self.admitted_ns is not None:
+                        self._tel.metrics.scheduled_locked(self._model_key)
             finally:
-                self._lock.release()
-            if queued:
-                self._tel.metrics.request_scheduled(self._model_key)
+                lock.release()
         except Exception as exc:
             self._tel.guard.error("schedule", exc)
 
@@ -563,13 +563,11 @@ class RequestTracker:
         rid = self.request_id
         ex = (exemplar_labels(rid, self.trace_id()) if self._span is not None
               else {"request_id": rid if len(rid) <= _EXEMPLAR_ID_CHARS else rid[:_EXEMPLAR_ID_CHARS]})
-        m.record_request(m.request_labels(self.model, self.version, self.tenant_class),
-                         finish_reason=reason, reject_reason=self.reject_reason,
-                         intervals=(ttft, e2e, queue, self.client_ttft_s),
-                         tpot=tpot, itl=itl,
-                         tokens=(self.prompt_tokens, log.proposed, generated, sent), exemplar=ex,
-                         verdicts=tel.verdict_keys[policy.name][good],
-                         admitted=self.admitted_ns is not None, scheduled=self.scheduled_ns is not None)
+        m.record_finished((m.request_labels(self.model, self.version, self.tenant_class),
+                           (reason, self.reject_reason, tel.verdict_keys[policy.name][good]),
+                           (ttft, e2e, queue, self.client_ttft_s), tpot, itl,
+                           (self.prompt_tokens, log.proposed, generated, sent), ex, tel.clock_unix_s()),
+                          self.admitted_ns is not None, self.scheduled_ns is not None)
         if tel.sink is not None:
             try:
                 tel.sink(row)

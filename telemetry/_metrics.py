@@ -129,10 +129,22 @@ Folding a batch costs a few C-level passes per column instead of some 400 byteco
 here (paired runs, old and new at once), the fixed cost per request fell by about 18 %. The request that
 fills a batch folds it: about 0.5 ms for 255 requests here."""
 
-_Finished = tuple[LabelValues, tuple[object, ...], tuple[float | None, ...], float | None,
-                  tuple[Sequence[int], float, float] | None, tuple[int, ...], dict[str, str] | None, float]
-"""A finished request waiting to be folded: labels, outcome key, intervals, TPOT, ITL, tokens, exemplar
-labels, exemplar timestamp."""
+FinishedRequest = tuple[LabelValues, tuple[str, str | None, tuple[tuple[str, bool], ...]],
+                        tuple[float | None, float | None, float | None, float | None], float | None,
+                        tuple[Sequence[int], float, float] | None, tuple[int, int, int, int], dict[str, str] | None,
+                        float]
+"""A finished request as the metrics take it (a plain tuple: made once per request, folded in batches):
+
+0. its resolved request labels (``model``, ``version``, ``tenant_class``);
+1. its outcome: finish reason, reject reason, ``(slo_class, good)`` verdicts;
+2. its TTFT, e2e, queue and client TTFT, seconds or ``None``;
+3. its TPOT, seconds (``None`` for a reply of at most one token);
+4. its token-weighted inter-token gaps counted per ITL bucket (non-cumulative, ``+Inf`` last), their sum
+   and the largest gap, seconds (``None`` with fewer than two commits);
+5. its prompt, proposed, generated and sent token counts;
+6. its exemplar labels (``request_id``, ``trace_id``) or ``None``;
+7. the exemplar's Unix timestamp, seconds.
+"""
 
 def _bucket_batch(bounds: Sequence[float], column: Sequence[float | None],
                   exemplars: Sequence[dict[str, str] | None], stamps: Sequence[float]
@@ -212,6 +224,9 @@ class TelemetryMetrics(Collector):
         self.policies = tuple(policies)
         self._clock_unix_s = clock_unix_s
         self._lock = threading.Lock()
+        self.lock = self._lock
+        """The lock guarding the instruments; the request trackers of this process share it for their own
+        state changes (admitted, scheduled, terminal), so a transition and its gauges change together."""
         self._hist: dict[str, dict[LabelValues, _Hist]] = {
             m.key: {} for m in N.METRICS if m.type == "histogram"
         }
@@ -226,7 +241,7 @@ class TelemetryMetrics(Collector):
         self._request_label_cache: dict[tuple[str, str, str], LabelValues] = {}
         self._model_label_cache: dict[str, LabelValues] = {}
         self._series: dict[LabelValues, _Series] = {}
-        self._pending: list[_Finished] = []
+        self._pending: list[FinishedRequest] = []
         self._hist_bounds: tuple[tuple[float, ...], ...] = tuple(
             chosen[N.METRICS_BY_KEY[key].source or key] for key in _SERIES_HISTOGRAMS)
         self._narrowed: dict[str, dict[str, tuple[str, ...]]] = {m.key: dict(m.narrowed) for m in N.METRICS}
@@ -278,29 +293,22 @@ class TelemetryMetrics(Collector):
         if ex is not None:
             c.exemplar = ex
 
-    # The per-request updates below take the lock with acquire()/finally: half the cost of ``with`` (see
-    # _lifecycle.py's docstring).
+    # The per-request updates take the lock with acquire()/finally: half the cost of ``with`` (see
+    # _lifecycle.py's docstring). The two below run with :attr:`lock` already held by the request tracker,
+    # which commits its own state change in the same critical section.
 
-    def request_admitted(self, model: LabelValues) -> None:
+    def admitted_locked(self, model: LabelValues) -> None:
         """A request of ``model`` (resolved, see :meth:`model_labels`) was admitted: in flight and queued +1."""
         gauges = self._gauges
-        self._lock.acquire()
-        try:
-            g = gauges["in_flight"]
-            g[model] = g.get(model, 0.0) + 1
-            g = gauges["queued"]
-            g[model] = g.get(model, 0.0) + 1
-        finally:
-            self._lock.release()
+        g = gauges["in_flight"]
+        g[model] = g.get(model, 0.0) + 1
+        g = gauges["queued"]
+        g[model] = g.get(model, 0.0) + 1
 
-    def request_scheduled(self, model: LabelValues) -> None:
+    def scheduled_locked(self, model: LabelValues) -> None:
         """An admitted request of ``model`` joined a batch: queued -1."""
-        self._lock.acquire()
-        try:
-            g = self._gauges["queued"]
-            g[model] = g.get(model, 0.0) - 1
-        finally:
-            self._lock.release()
+        g = self._gauges["queued"]
+        g[model] = g.get(model, 0.0) - 1
 
     def _series_of(self, labels: LabelValues) -> _Series:
         series = self._series.get(labels)
@@ -308,24 +316,11 @@ class TelemetryMetrics(Collector):
             series = self._series[labels] = _Series()
         return series
 
-    def record_request(self, labels: LabelValues, *, finish_reason: str, reject_reason: str | None,
-                       intervals: tuple[float | None, float | None, float | None, float | None],
-                       tpot: float | None, itl: tuple[Sequence[int], float, float] | None,
-                       tokens: tuple[int, int, int, int], exemplar: dict[str, str] | None,
-                       verdicts: tuple[tuple[str, bool], ...], admitted: bool = False,
-                       scheduled: bool = False) -> None:
-        """Record one finished request; it reaches the instruments with the next fold (see :data:`FOLD_BATCH`).
-
-        ``labels`` are its resolved request labels; ``intervals`` its TTFT, e2e, queue and client TTFT
-        (seconds or ``None``), ``tpot`` its TPOT (seconds, ``None`` for a reply of at most one token),
-        ``itl`` its token-weighted inter-token gaps counted per ITL bucket (non-cumulative, ``+Inf`` last),
-        their sum and the largest gap (the exemplar's value), seconds; ``tokens`` its prompt, proposed,
-        generated and sent token counts. ``verdicts`` are ``(slo_class, good)`` pairs. ``admitted`` and
-        ``scheduled`` say which gauges the request still holds (in flight; queued when never scheduled);
-        those are released at once.
-        """
-        record: _Finished = (labels, (finish_reason, reject_reason, verdicts), intervals, tpot, itl, tokens,
-                             exemplar, self._clock_unix_s() if exemplar is not None else 0.0)
+    def record_finished(self, record: FinishedRequest, admitted: bool, scheduled: bool) -> None:
+        """Record one finished request (see :data:`FinishedRequest`); it reaches the instruments with the next
+        fold (see :data:`FOLD_BATCH`). ``admitted`` and ``scheduled`` say which gauges the request still holds
+        (in flight; queued when never scheduled); those are released at once."""
+        labels = record[0]
         gauges = self._gauges
         self._lock.acquire()
         try:
@@ -352,9 +347,9 @@ class TelemetryMetrics(Collector):
         self._pending = []
         try:
             if len(set(map(itemgetter(0), batch))) == 1:
-                groups: Iterable[tuple[LabelValues, list[_Finished]]] = ((batch[0][0], batch),)
+                groups: Iterable[tuple[LabelValues, list[FinishedRequest]]] = ((batch[0][0], batch),)
             else:
-                by_labels: dict[LabelValues, list[_Finished]] = {}
+                by_labels: dict[LabelValues, list[FinishedRequest]] = {}
                 for record in batch:
                     by_labels.setdefault(record[0], []).append(record)
                 groups = by_labels.items()
@@ -363,7 +358,7 @@ class TelemetryMetrics(Collector):
         except Exception:
             self._inc(N.INTERNAL_ERRORS.key, (), 1)
 
-    def _fold_series(self, labels: LabelValues, records: list[_Finished]) -> None:
+    def _fold_series(self, labels: LabelValues, records: list[FinishedRequest]) -> None:
         series = self._series_of(labels)
         _, outcome_keys, intervals, tpots, itls, tokens, exemplars, stamps = zip(*records, strict=True)
         hists = series.hists
