@@ -123,7 +123,7 @@ def llmslo(n: int, loops: int) -> float:
 def llmslo_pure_python(n: int, loops: int) -> float:
     """(b) with the pure-Python token log, as without the native module."""
     tel = Telemetry(version="v1")
-    tel.new_token_log = functools.partial(PyTokenLog, time.monotonic_ns)
+    tel._new_token_log = functools.partial(PyTokenLog, time.monotonic_ns)  # as without the native module
     return _llmslo_loop(tel, n, loops)
 
 

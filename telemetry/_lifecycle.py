@@ -119,7 +119,7 @@ class Telemetry:
             raise ConfigurationError("Telemetry.sink: must be callable with one summary dict")
         self.policies: dict[str, SloPolicy] = {p.name: p for p in policies}
         # the (slo_class, good) pairs a finished request reports, made once: indexed [name][good]
-        self.verdict_keys: dict[str, tuple[tuple[tuple[str, bool]], tuple[tuple[str, bool]]]] = {
+        self._verdict_keys: dict[str, tuple[tuple[tuple[str, bool]], tuple[tuple[str, bool]]]] = {
             p.name: (((p.name, False),), ((p.name, True),)) for p in policies}
         self.default_policy = policies[0]
         self.metrics = TelemetryMetrics(registry=registry, buckets=buckets, labels=labels, policies=policies,
@@ -130,7 +130,7 @@ class Telemetry:
         self.version = version
         self.record_itl = record_itl
         self.clock_ns = clock_ns
-        self.new_token_log = token_log_factory(clock_ns)
+        self._new_token_log = token_log_factory(clock_ns)
         self.clock_unix_s = clock_unix_s
         self.guard = guard if guard is not None else Guard()
         self.guard.on_error = lambda site: self.metrics.count(N.INTERNAL_ERRORS.key)
@@ -292,7 +292,7 @@ class RequestTracker:
       ITL samples of ``gap / k`` at the terminal state.
     - ``send(n=1)``: ``n`` output tokens were handed to the transport for the client.
 
-    A count that is not a non-negative integer (``k`` at least 1) is ignored and counted as a dropped
+    A count that is not a non-negative integer (``k`` from 1 to 2**20) is ignored and counted as a dropped
     observation (reason ``invalid_count``) at the terminal state. After the terminal state,
     :attr:`summary` holds the request summary and :attr:`ignored` the later finish signals counted by reason.
     """
@@ -315,7 +315,7 @@ class RequestTracker:
         self._clock = tel.clock_ns
         self.arrival_ns = self._clock()
         self.arrival_unix_s = tel.clock_unix_s()
-        log = self._log = tel.new_token_log()
+        log = self._log = tel._new_token_log()
         self.commit = log.commit
         self.send = log.send
         self._lock = tel.metrics.lock  # shared: see TelemetryMetrics.lock
@@ -564,7 +564,7 @@ class RequestTracker:
         ex = (exemplar_labels(rid, self.trace_id()) if self._span is not None
               else {"request_id": rid if len(rid) <= _EXEMPLAR_ID_CHARS else rid[:_EXEMPLAR_ID_CHARS]})
         m.record_finished((m.request_labels(self.model, self.version, self.tenant_class),
-                           (reason, self.reject_reason, tel.verdict_keys[policy.name][good]),
+                           (reason, self.reject_reason, tel._verdict_keys[policy.name][good]),
                            (ttft, e2e, queue, self.client_ttft_s), tpot, itl,
                            (self.prompt_tokens, log.proposed, generated, sent), ex, tel.clock_unix_s()),
                           self.admitted_ns is not None, self.scheduled_ns is not None)

@@ -41,6 +41,7 @@ from prometheus_client.samples import Exemplar
 from llmslo.telemetry import _names as N
 from llmslo.telemetry._buckets import DEFAULT_BUCKETS_S
 from llmslo.telemetry._errors import ConfigurationError
+from llmslo.telemetry._guard import LOGGER
 from llmslo.telemetry._labels import LabelPolicy
 from llmslo.telemetry._policy import SloPolicy
 
@@ -113,13 +114,12 @@ class _Series:
     counters such a request increments by one.
     """
 
-    __slots__ = ("hists", "model", "outcomes", "tokens")
+    __slots__ = ("hists", "outcomes", "tokens")
 
     def __init__(self) -> None:
         self.hists: list[_Hist | None] = [None] * len(_SERIES_HISTOGRAMS)
         self.tokens: list[_Counter | None] = [None] * len(_TOKEN_COUNTERS)
         self.outcomes: dict[tuple[object, ...], tuple[_Counter, ...]] = {}
-        self.model: LabelValues | None = None
 
 
 FOLD_BATCH = 256
@@ -145,6 +145,7 @@ FinishedRequest = tuple[LabelValues, tuple[str, str | None, tuple[tuple[str, boo
 6. its exemplar labels (``request_id``, ``trace_id``) or ``None``;
 7. the exemplar's Unix timestamp, seconds.
 """
+
 
 def _bucket_batch(bounds: Sequence[float], column: Sequence[float | None],
                   exemplars: Sequence[dict[str, str] | None], stamps: Sequence[float]
@@ -242,10 +243,10 @@ class TelemetryMetrics(Collector):
         self._model_label_cache: dict[str, LabelValues] = {}
         self._series: dict[LabelValues, _Series] = {}
         self._pending: list[FinishedRequest] = []
+        self._fold_failed = False
         self._hist_bounds: tuple[tuple[float, ...], ...] = tuple(
             chosen[N.METRICS_BY_KEY[key].source or key] for key in _SERIES_HISTOGRAMS)
         self._narrowed: dict[str, dict[str, tuple[str, ...]]] = {m.key: dict(m.narrowed) for m in N.METRICS}
-        self._tpot_bounds = chosen["tpot_s"]
         self._itl_bounds = chosen["itl_s"]
         self.registry = registry if registry is not None else CollectorRegistry()
         self.registry.register(self)
@@ -340,7 +341,8 @@ class TelemetryMetrics(Collector):
 
     def _fold(self) -> None:
         """Fold the buffered finished requests into the instruments (the lock is held). Never raises: a
-        failure here (a bug) loses this batch of observations and counts an internal error."""
+        failure here (a bug) loses this batch of observations, counts an internal error and is logged the first
+        time (the guard cannot log it: its counting takes this lock)."""
         batch = self._pending
         if not batch:
             return
@@ -355,8 +357,11 @@ class TelemetryMetrics(Collector):
                 groups = by_labels.items()
             for labels, records in groups:
                 self._fold_series(labels, records)
-        except Exception:
+        except Exception as exc:
             self._inc(N.INTERNAL_ERRORS.key, (), 1)
+            if not self._fold_failed:
+                self._fold_failed = True
+                LOGGER.warning("llmslo: folding %d finished requests into the metrics failed: %r", len(batch), exc)
 
     def _fold_series(self, labels: LabelValues, records: list[FinishedRequest]) -> None:
         series = self._series_of(labels)

@@ -10,7 +10,8 @@ contract (the tests run both on the same inputs):
 * :class:`PyTokenLog`, pure Python, used when the native module could not be built or an injected clock is
   not ``time.monotonic_ns``.
 
-Both never raise on data: a count that is not a non-negative integer (``k`` must be at least 1), an
+Both never raise on data: a count that is not a non-negative integer (``k`` must be at least 1 and at most
+2**20), an
 injected clock that fails, or memory that runs out is counted in ``invalid`` and the call does nothing else
 (an invalid ``proposed`` leaves the commit itself recorded). A call that does not match the signature (an
 unknown keyword, too many arguments) raises ``TypeError`` in both, as any Python call would.
@@ -59,7 +60,9 @@ class TokenLogLike(Protocol):
 
 
 _COUNT_MAX = 2**63 - 1  # the native log's counters are 64-bit
-_K_MAX = 2**31 - 1  # tokens in one commit: the native log stores them in 32 bits
+# The most tokens one commit may carry: far above any reply (2**20, about a million), and it bounds what one
+# bad count can cost (the token-weighted gaps hold k samples per commit).
+_K_MAX = 2**20
 # The common calls, commit() and send(), are recognised by identity: CPython caches small ints, so a literal
 # 1 or 0 is always this object, and an equal value that is not (1.0, True, another runtime) takes the path
 # that validates it. Measured here: about twice as cheap as checking the type and the value.

@@ -16,6 +16,10 @@
 #include <stdint.h>
 #include <time.h>
 
+/* The most tokens one commit may carry (as in _tokenlog.py): far above any reply, and it bounds what one
+ * bad count can cost (the token-weighted gaps hold k samples per commit). */
+#define K_MAX (1LL << 20)
+
 typedef struct {
     PyObject_HEAD
     int64_t *times;      /* commit times, ns */
@@ -137,7 +141,7 @@ TokenLog_commit(TokenLog *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
         }
         if (ko != NULL) {
             k = count_of(ko);
-            if (k < 1 || k > INT32_MAX) {
+            if (k < 1 || k > K_MAX) {
                 self->invalid++;
                 Py_RETURN_NONE;
             }

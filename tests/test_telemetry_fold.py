@@ -138,3 +138,25 @@ def test_a_scrape_folds_the_requests_still_buffered() -> None:
     families = exposition(tel)
     counts = [s.value for s in families["llmslo_ttft_seconds"].samples if s.name.endswith("_count")]
     assert counts == [5] and tel.metrics._pending == []
+
+
+def test_a_failing_fold_never_reaches_the_server_and_is_counted_and_logged_once(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    tel, _ = run([], batch=2)
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("fold bug")
+
+    monkeypatch.setattr(tel.metrics, "_fold_series", broken)
+    old = _metrics.FOLD_BATCH
+    _metrics.FOLD_BATCH = 2
+    try:
+        for i in range(6):  # three folds on the request path, each failing
+            t = tel.start(f"r{i}", model="m1")
+            t.commit()
+            assert t.finish("stop")
+    finally:
+        _metrics.FOLD_BATCH = old
+    assert tel.metrics.value("internal_errors") == 3
+    assert [r.getMessage() for r in caplog.records].count(
+        "llmslo: folding 2 finished requests into the metrics failed: RuntimeError('fold bug')") == 1

@@ -69,7 +69,8 @@ def test_invalid_counts_are_ignored_and_counted_never_raised_but_a_wrong_signatu
     log = impl(scripted([10, 20, 30]))
     bad_calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
         ("commit", (0,), {}), ("commit", (-2,), {}), ("commit", (1.5,), {}), ("commit", ("2",), {}),
-        ("commit", (2**70,), {}), ("commit", (), {"k": None}), ("send", (-1,), {}), ("send", (0.5,), {}),
+        ("commit", (2**70,), {}), ("commit", (2**20 + 1,), {}), ("commit", (), {"k": None}),
+        ("send", (-1,), {}), ("send", (0.5,), {}),
     ]
     for name, args, kwargs in bad_calls:
         getattr(log, name)(*args, **kwargs)
