@@ -298,7 +298,7 @@ class RequestTracker:
     """
 
     __slots__ = (
-        "_clock", "_lock", "_log", "_model_key", "_resources", "_span", "_tel", "admitted_ns", "arrival_ns",
+        "_clock", "_labels", "_lock", "_log", "_model_key", "_resources", "_span", "_tel", "admitted_ns", "arrival_ns",
         "arrival_unix_s", "client_ttft_s", "commit", "error_type", "finish_ns", "finish_reason", "ignored",
         "model", "prompt_tokens", "reject_reason", "released", "request_id", "scheduled_ns", "send",
         "slo_class", "stream_max_queued", "stream_paused_ns", "summary", "tenant_class", "version",
@@ -323,11 +323,12 @@ class RequestTracker:
         self._span: object = None
         self.request_id = request_id if isinstance(request_id, str) and request_id else uuid.uuid4().hex
         self.model = model if isinstance(model, str) and model else "unknown"
-        self._model_key = tel.metrics.model_labels(self.model)
         self.version = version
         self.tenant_class = tenant_class if isinstance(tenant_class, str) and tenant_class else "default"
         self.prompt_tokens = prompt_tokens if isinstance(prompt_tokens, int) and prompt_tokens >= 0 else 0
         self.slo_class = slo_class if slo_class in tel.policies else tel.default_policy.name
+        labels = self._labels = tel.metrics.request_labels(self.model, version, self.tenant_class)
+        self._model_key = labels[:1]  # the per-model gauges' label values
         self.admitted_ns: int | None = None
         self.scheduled_ns: int | None = None
         self.finish_ns: int | None = None
@@ -563,7 +564,7 @@ class RequestTracker:
         rid = self.request_id
         ex = (exemplar_labels(rid, self.trace_id()) if self._span is not None
               else {"request_id": rid if len(rid) <= _EXEMPLAR_ID_CHARS else rid[:_EXEMPLAR_ID_CHARS]})
-        m.record_finished((m.request_labels(self.model, self.version, self.tenant_class),
+        m.record_finished((self._labels,
                            (reason, self.reject_reason, tel._verdict_keys[policy.name][good]),
                            (ttft, e2e, queue, self.client_ttft_s), tpot, itl,
                            (self.prompt_tokens, log.proposed, generated, sent), ex, tel.clock_unix_s()),

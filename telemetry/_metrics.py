@@ -240,7 +240,6 @@ class TelemetryMetrics(Collector):
         # Per-request label resolution is cached: LabelPolicy.resolve gives a value the same answer forever
         # (an open label's set of seen values only grows), so a cached answer never goes stale.
         self._request_label_cache: dict[tuple[str, str, str], LabelValues] = {}
-        self._model_label_cache: dict[str, LabelValues] = {}
         self._series: dict[LabelValues, _Series] = {}
         self._pending: list[FinishedRequest] = []
         self._fold_failed = False
@@ -267,18 +266,6 @@ class TelemetryMetrics(Collector):
         cache[key] = values
         return values
 
-    def model_labels(self, model: str) -> LabelValues:
-        """The exposed ``(model,)`` of the per-model gauges (in flight, queued, paused streams)."""
-        cached = self._model_label_cache.get(model)
-        if cached is not None:
-            return cached
-        values = (self.labels.resolve("model", model),)
-        cache = self._model_label_cache
-        if len(cache) >= _LABEL_CACHE_MAX:
-            cache.clear()
-        cache[model] = values
-        return values
-
     def exemplar(self, labels: dict[str, str], value: float) -> Exemplar:
         """An exemplar with ``labels`` for an observation ``value``, stamped with the injected wall clock."""
         return Exemplar(labels, value, self._clock_unix_s())
@@ -299,7 +286,8 @@ class TelemetryMetrics(Collector):
     # which commits its own state change in the same critical section.
 
     def admitted_locked(self, model: LabelValues) -> None:
-        """A request of ``model`` (resolved, see :meth:`model_labels`) was admitted: in flight and queued +1."""
+        """A request of ``model`` (the resolved ``(model,)``, the first of its request labels) was admitted: in
+        flight and queued +1."""
         gauges = self._gauges
         g = gauges["in_flight"]
         g[model] = g.get(model, 0.0) + 1
