@@ -311,6 +311,20 @@ def _seconds_after(ns: pl.Series, first_ns: int) -> FloatArray:
     return (ns.to_numpy().astype(np.int64) - first_ns).astype(np.float64) / 1e9
 
 
+def _schedule_without_prefixes(typed: pl.DataFrame, **extra: pl.DataType) -> tuple[pl.DataFrame, int]:
+    """The arrival schedule of ``typed`` (sorted; columns ``ns``, ``input_tokens``, ``output_tokens`` and the
+    ``extra`` ones, kept with their types) with null ``prefix_ids``, and its first arrival in ns."""
+    first_ns = int(typed["ns"].min())  # type: ignore[arg-type]
+    schedule = pl.DataFrame({
+        "offset_s": _seconds_after(typed["ns"], first_ns),
+        "input_tokens": typed["input_tokens"],
+        "output_tokens": typed["output_tokens"],
+        "prefix_ids": pl.Series("prefix_ids", [None] * typed.height, dtype=pl.List(pl.Int64())),
+        **{name: typed[name] for name in extra},
+    }, schema={**SCHEDULE_SCHEMA, **extra})
+    return schedule, first_ns
+
+
 def read_azure_trace(path: str | Path) -> tuple[pl.DataFrame, float, tuple[str, ...]]:
     """Read an Azure LLM inference trace CSV into an arrival schedule.
 
@@ -331,14 +345,7 @@ def read_azure_trace(path: str | Path) -> tuple[pl.DataFrame, float, tuple[str, 
     ])
     typed = raw.select(stamp.dt.epoch("ns").alias("ns"), inp.alias("input_tokens"), out.alias("output_tokens"))
     order, note = _order_note(typed["ns"])
-    typed = typed[order]
-    first_ns = int(typed["ns"].min())  # type: ignore[arg-type]
-    schedule = pl.DataFrame({
-        "offset_s": _seconds_after(typed["ns"], first_ns),
-        "input_tokens": typed["input_tokens"],
-        "output_tokens": typed["output_tokens"],
-        "prefix_ids": pl.Series("prefix_ids", [None] * typed.height, dtype=pl.List(pl.Int64())),
-    }, schema=dict(SCHEDULE_SCHEMA))
+    schedule, first_ns = _schedule_without_prefixes(typed[order])
     return schedule, first_ns / 1e9, (note,) if note else ()
 
 
@@ -374,14 +381,7 @@ def read_burstgpt_trace(path: str | Path) -> tuple[pl.DataFrame, tuple[str, ...]
     mismatch = typed.filter(pl.col("total") != pl.col("input_tokens") + pl.col("output_tokens")).height
     if mismatch:
         notes.append(f"{mismatch} row(s) have Total tokens different from Request + Response tokens")
-    first_ns = int(typed["ns"].min())  # type: ignore[arg-type]
-    schedule = pl.DataFrame({
-        "offset_s": _seconds_after(typed["ns"], first_ns),
-        "input_tokens": typed["input_tokens"],
-        "output_tokens": typed["output_tokens"],
-        "prefix_ids": pl.Series("prefix_ids", [None] * typed.height, dtype=pl.List(pl.Int64())),
-        "source_model": typed["source_model"],
-    }, schema={**SCHEDULE_SCHEMA, "source_model": pl.String()})
+    schedule, _ = _schedule_without_prefixes(typed, source_model=pl.String())
     return schedule, tuple(notes)
 
 
@@ -455,12 +455,9 @@ def read_mooncake_trace(path: str | Path) -> tuple[pl.DataFrame, tuple[str, ...]
     if not stamps:
         raise TraceFormatError(source, None, None, None, "the file holds no requests")
     ms = np.asarray(stamps, dtype=np.float64)
-    disorder = int(np.count_nonzero(ms[1:] < ms[:-1]))
-    order = np.argsort(ms, kind="stable")
-    notes = []
-    if disorder:
-        notes.append(f"{disorder} line(s) came earlier in time than the line before them: "
-                     "requests were sorted by arrival")
+    order_series, note = _order_note(pl.Series(ms))
+    order = order_series.to_numpy()
+    notes = [note] if note else []
     if block_mismatch:
         notes.append(f"{block_mismatch} request(s) have a number of hash_ids different from "
                      f"ceil(input_length / {MOONCAKE_BLOCK_TOKENS})")

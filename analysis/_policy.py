@@ -2,28 +2,25 @@
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from llmslo.telemetry import FINISH_REASONS, TPOT_SQL, ConfigurationError, format_duration
+from llmslo.telemetry import DEFAULT_TPOT_S, DEFAULT_TTFT_S, TPOT_SQL, SloPolicy, format_duration
 
-DEFAULT_SUCCESS: frozenset[str] = frozenset({"stop", "length"})
-DEFAULT_TTFT_S = 2.0
-"""Default report TTFT SLO, seconds (docs/conventions.md, "Goodput")."""
-DEFAULT_TPOT_S = 0.1
-"""Default report TPOT SLO, seconds (docs/conventions.md, "Goodput")."""
+__all__ = ["DEFAULT_TPOT_S", "DEFAULT_TTFT_S", "GoodputPolicy"]
 
 
 @dataclass(frozen=True)
-class GoodputPolicy:
-    """Which requests count as good (definitions.md, "SLO attainment and goodput").
+class GoodputPolicy(SloPolicy):
+    """Which requests count as good (definitions.md, "SLO attainment and goodput"), for reports.
 
-    A request is good when its finish reason is in ``success`` and every configured threshold holds,
-    inclusive: ``ttft_s <= ttft_s``, ``tpot_s <= tpot_s`` (a reply of at most one token has no TPOT
-    and passes only if ``one_token_passes_tpot``), ``e2e_s <= e2e_s``. Thresholds are seconds;
-    ``None`` disables one. ``window_s`` (seconds) splits time into windows aligned to multiples of
-    their length in Unix time; ``None`` means one window spanning the data.
+    The rule is the server's :class:`~llmslo.telemetry.SloPolicy` (same fields, defaults, validation and
+    Python verdict): a request is good when its finish reason is in ``success`` and every configured
+    threshold holds, inclusive: ``ttft_s <= ttft_s``, ``tpot_s <= tpot_s`` (a reply of at most one token
+    has no TPOT and passes only if ``one_token_passes_tpot``), ``e2e_s <= e2e_s``. Thresholds are seconds;
+    ``None`` disables one. This class adds ``window_s`` (seconds), which splits time into windows aligned
+    to multiples of their length in Unix time (``None``: one window spanning the data), and the rule's
+    SQL and text forms.
 
     Raises :class:`~llmslo.telemetry.ConfigurationError` naming the field for an invalid value.
 
@@ -32,30 +29,11 @@ class GoodputPolicy:
         GoodputPolicy(ttft_s=2.0, tpot_s=0.1)
     """
 
-    name: str = "default"
-    success: frozenset[str] = field(default=DEFAULT_SUCCESS)
-    ttft_s: float | None = DEFAULT_TTFT_S
-    tpot_s: float | None = DEFAULT_TPOT_S
-    e2e_s: float | None = None
-    one_token_passes_tpot: bool = True
     window_s: float | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "success", frozenset(self.success))
-        unknown = sorted(self.success - set(FINISH_REASONS))
-        if unknown:
-            raise ConfigurationError(
-                f"GoodputPolicy.success: unknown finish reason(s) {', '.join(unknown)}; "
-                f"choose from {', '.join(FINISH_REASONS)}"
-            )
-        if not self.success:
-            raise ConfigurationError("GoodputPolicy.success: needs at least one finish reason")
-        for fname in ("ttft_s", "tpot_s", "e2e_s", "window_s"):
-            value = getattr(self, fname)
-            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ConfigurationError(
-                    f"GoodputPolicy.{fname}: must be a positive number of seconds or None, got {value!r}"
-                )
+        super().__post_init__()
+        self._check_seconds("window_s")
 
     def good_sql(self) -> str:
         """SQL predicate over a summary row (TPOT derived) that is TRUE exactly for good requests."""

@@ -106,7 +106,8 @@ def _request_ids(loops: int) -> list[str]:
     return [f"req-{i}" for i in range(loops)]
 
 
-def _llmslo_loop(tel: Telemetry, n: int, loops: int, after: Callable[[], object] | None = None) -> float:
+def _llmslo_loop(tel: Telemetry, n: int, loops: int, after: Callable[[], object] | None = None,
+                 send_too: bool = True) -> float:
     ids = _request_ids(loops)
     t0 = time.perf_counter_ns()
     for rid in ids:
@@ -114,9 +115,13 @@ def _llmslo_loop(tel: Telemetry, n: int, loops: int, after: Callable[[], object]
         t.admit()
         t.schedule()
         commit, send = t.commit, t.send
-        for _ in range(n):
-            commit()
-            send()
+        if send_too:
+            for _ in range(n):
+                commit()
+                send()
+        else:
+            for _ in range(n):
+                commit()
         t.finish("stop")
         if after is not None:
             after()
@@ -136,18 +141,7 @@ def llmslo_pure_python(n: int, loops: int) -> float:
 
 def llmslo_commit_only(n: int, loops: int) -> float:
     """Only the per-token call the engine makes (``commit``), for comparison with the bare append."""
-    tel = Telemetry(version="v1")
-    ids = _request_ids(loops)
-    t0 = time.perf_counter_ns()
-    for rid in ids:
-        t = tel.start(rid, model="m", prompt_tokens=100)
-        t.admit()
-        t.schedule()
-        commit = t.commit
-        for _ in range(n):
-            commit()
-        t.finish("stop")
-    return (time.perf_counter_ns() - t0) / loops
+    return _llmslo_loop(Telemetry(version="v1"), n, loops, send_too=False)
 
 
 def _tracing_case() -> Callable[[int, int], float] | None:

@@ -37,7 +37,7 @@ from llmslo.telemetry._names import (
     RecordingRule,
 )
 from llmslo.telemetry._otel import OtlpExport, RequestTracing
-from llmslo.telemetry._policy import SloPolicy
+from llmslo.telemetry._policy import DEFAULT_TPOT_S, DEFAULT_TTFT_S, SloPolicy
 from llmslo.telemetry._sink import JsonlWriter, SummarySink, SummaryWriter
 from llmslo.telemetry._streams import (
     SendQueue,
@@ -80,6 +80,8 @@ __all__ = [
     "ConfigurationError",
     "DECODE_SQL",
     "DEFAULT_BUCKETS_S",
+    "DEFAULT_TPOT_S",
+    "DEFAULT_TTFT_S",
     "FINISH_REASONS",
     "FORBIDDEN_LABELS",
     "FinishReason",

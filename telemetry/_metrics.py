@@ -125,10 +125,10 @@ class _Series:
 FOLD_BATCH = 256
 """Finished requests buffered before they are folded into the instruments on the request path. A scrape (and
 every read) folds whatever is buffered first, so the exposition always includes every finished request.
-Folding a batch costs a few C-level passes per column instead of some 400 bytecodes per request (counted
-with an opcode tracer); with it (and the trackers sharing this collector's lock) the fixed cost per request
-of ``bench/bench_telemetry.py`` went from 20.5-21.8 us to 14-20 us on this project's machine. The request
-that fills a batch folds it: about 0.5 ms for 255 requests here."""
+Folding a batch costs a few C-level passes per column instead of hundreds of bytecodes per request; with it
+(and the trackers sharing this collector's lock) the fixed cost per request of ``bench/bench_telemetry.py``
+went from 20.5-21.8 us to 14-20 us on this project's machine. The request that fills a batch folds it:
+about 0.5 ms for 255 requests here."""
 
 FinishedRequest = tuple[LabelValues, tuple[str, str | None, tuple[tuple[str, bool], ...]],
                         tuple[float | None, float | None, float | None, float | None], float | None,

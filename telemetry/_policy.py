@@ -15,6 +15,10 @@ from llmslo.telemetry._errors import ConfigurationError
 from llmslo.telemetry._summary import FINISH_REASONS, tpot_s
 
 DEFAULT_SUCCESS: frozenset[str] = frozenset({"stop", "length"})
+DEFAULT_TTFT_S = 2.0
+"""Default TTFT SLO, seconds (docs/conventions.md, "Goodput")."""
+DEFAULT_TPOT_S = 0.1
+"""Default TPOT SLO, seconds (docs/conventions.md, "Goodput")."""
 
 
 def _seconds(value: object) -> float | None:
@@ -38,30 +42,34 @@ class SloPolicy:
 
     name: str = "default"
     success: frozenset[str] = field(default=DEFAULT_SUCCESS)
-    ttft_s: float | None = 2.0
-    tpot_s: float | None = 0.1
+    ttft_s: float | None = DEFAULT_TTFT_S
+    tpot_s: float | None = DEFAULT_TPOT_S
     e2e_s: float | None = None
     one_token_passes_tpot: bool = True
 
     def __post_init__(self) -> None:
+        cls = type(self).__name__  # errors name the class the user wrote (GoodputPolicy extends this one)
         object.__setattr__(self, "success", frozenset(self.success))
         if not isinstance(self.name, str) or not self.name:
-            raise ConfigurationError("SloPolicy.name: must be a non-empty string")
+            raise ConfigurationError(f"{cls}.name: must be a non-empty string")
         unknown = sorted(self.success - set(FINISH_REASONS))
         if unknown:
             raise ConfigurationError(
-                f"SloPolicy.success: unknown finish reason(s) {', '.join(unknown)}; "
+                f"{cls}.success: unknown finish reason(s) {', '.join(unknown)}; "
                 f"choose from {', '.join(FINISH_REASONS)}"
             )
         if not self.success:
-            raise ConfigurationError("SloPolicy.success: needs at least one finish reason")
-        for fname in ("ttft_s", "tpot_s", "e2e_s"):
+            raise ConfigurationError(f"{cls}.success: needs at least one finish reason")
+        self._check_seconds("ttft_s", "tpot_s", "e2e_s")
+
+    def _check_seconds(self, *fields: str) -> None:
+        for fname in fields:
             value = getattr(self, fname)
             if value is not None and not (
                 isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
             ):
                 raise ConfigurationError(
-                    f"SloPolicy.{fname}: must be a positive number of seconds or None, got {value!r}"
+                    f"{type(self).__name__}.{fname}: must be a positive number of seconds or None, got {value!r}"
                 )
 
     def is_good(self, row: Mapping[str, object]) -> bool:

@@ -219,6 +219,7 @@ def test_spans_and_genai_metrics_reach_a_real_otlp_grpc_receiver_configured_by_o
         _serve(tel)
         export.force_flush()
         _check_arrived(received)
+        assert tel.guard.errors == {}
     finally:
         export.shutdown()
 
