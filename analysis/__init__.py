@@ -1,67 +1,52 @@
-"""Offline analysis of request summaries: the DuckDB store, latency, goodput and survivor bias.
+"""Offline analysis of request summaries, one subpackage a concern.
 
+==============  ======================================================================================
+``store``       schema, validation, the DuckDB :class:`Store`, sink writers (duckdb + pyarrow only)
+``report``      the goodput policy, the typed :class:`Report`, Kaplan–Meier (censoring-aware TTFT)
+``importers``   other tools' results (vLLM bench, LLMPerf, GenAI-Perf/AIPerf, guidellm), one registry
+``workload``    traces (Azure, Mooncake, BurstGPT) as arrival schedules; the demo workload
+``scrape``      Prometheus exposition: parse, other servers' names, bucket math, checks, compare
+``anomaly``     KS scan, FDR, run rule, z-score, slope, entropy, tightening
+``gpu``         GPU sample importers, correlation with latency
+==============  ======================================================================================
+
+The names below are re-exported from those subpackages and load on first use (PEP 562), so
+``import llmslo.analysis`` costs almost nothing and ``llmslo.analysis.store`` stays the light door.
 Needs the ``analysis`` extra (``pip install 'llmslo[analysis]'``).
 """
 
 from __future__ import annotations
 
-try:
-    import duckdb as _duckdb  # noqa: F401
-    import polars as _polars  # noqa: F401
-    import pyarrow as _pyarrow  # noqa: F401
-except ModuleNotFoundError as _exc:  # pragma: no cover - exercised only without the extra
-    raise ModuleNotFoundError(
-        f"llmslo.analysis needs the 'analysis' extra ({_exc.name} is missing): "
-        "pip install 'llmslo[analysis]'",
-        name=_exc.name,
-    ) from None
+import importlib
+import importlib.util
+import typing
 
-from llmslo.analysis._anomaly import (
-    AnomalyConfig,
-    AnomalyReport,
-    TighteningConfig,
-    detect_anomalies,
-    failure_rate_slope,
-    outcome_entropy,
-    rolling_zscore,
-    tightening_signals,
-)
-from llmslo.analysis._correlate import aligned_frame, correlate, gpu_state_during_decode, lagged_correlation
-from llmslo.analysis._gpu_import import GPU_IMPORT_KINDS, GpuFormatError, import_gpu_file
-from llmslo.analysis._import_registry import (
-    ImportFormatError,
-    ImportOptions,
-    ImportReport,
-    UnknownKindError,
-    detect_kind,
-    importer_for,
-    importers,
-)
-from llmslo.analysis._import_traces import TRACE_KINDS, TraceFormatError, TraceSummary, read_trace
-from llmslo.analysis._policy import DEFAULT_TPOT_S, DEFAULT_TTFT_S, GoodputPolicy
-from llmslo.analysis._report import (
-    GROUP_COLUMNS,
-    LATENCY_INTERVALS,
-    QUANTILES,
-    WINDOW_KEY,
-    ReportSpec,
-    build_report,
-)
-from llmslo.analysis._schema import arrow_schema, polars_schema, summary_ddl
-from llmslo.analysis._scrape import (
-    Scrape,
-    ScrapeAnalysis,
-    ScrapeFormatError,
-    analyze_scrape,
-    compare_scrapes,
-    parse_exposition,
-    read_scrape,
-)
-from llmslo.analysis._sink_writers import DuckDBSummaryWriter, ParquetSummaryWriter, summary_table
-from llmslo.analysis._store import IngestReport, Store, StoreError, StoreVersionError, open_store
-from llmslo.analysis._survival import km_quantiles, quantile_label
-from llmslo.analysis._validation import InvalidInputError, RowError
-from llmslo.telemetry import format_duration, parse_duration
+_NEEDED = ("duckdb", "polars", "pyarrow", "numpy", "scipy")
+for _name in _NEEDED:
+    if importlib.util.find_spec(_name) is None:  # pragma: no cover - exercised only without the extra
+        raise ModuleNotFoundError(
+            f"llmslo.analysis needs the 'analysis' extra ({_name} is missing): pip install 'llmslo[analysis]'",
+            name=_name,
+        )
+
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "anomaly": ("AnomalyConfig", "AnomalyReport", "TighteningConfig", "detect_anomalies", "failure_rate_slope",
+                "outcome_entropy", "rolling_zscore", "tightening_signals"),
+    "gpu": ("GPU_IMPORT_KINDS", "GpuFormatError", "aligned_frame", "correlate", "gpu_state_during_decode",
+            "import_gpu_file", "lagged_correlation"),
+    "importers": ("ImportFormatError", "ImportOptions", "ImportReport", "UnknownKindError", "detect_kind",
+                  "importer_for", "importers"),
+    "report": ("DEFAULT_TPOT_S", "DEFAULT_TTFT_S", "GROUP_COLUMNS", "GoodputPolicy", "LATENCY_INTERVALS",
+               "QUANTILES", "ReportSpec", "WINDOW_KEY", "build_report", "km_quantiles", "quantile_label"),
+    "scrape": ("Scrape", "ScrapeAnalysis", "ScrapeFormatError", "analyze_scrape", "compare_scrapes",
+               "parse_exposition", "read_scrape"),
+    "store": ("DuckDBSummaryWriter", "IngestReport", "InvalidInputError", "ParquetSummaryWriter", "RowError",
+              "Store", "StoreError", "StoreVersionError", "arrow_schema", "open_store", "polars_schema",
+              "summary_ddl", "summary_table"),
+    "workload": ("TRACE_KINDS", "TraceFormatError", "TraceSummary", "read_trace"),
+}
+_FROM_TELEMETRY = ("format_duration", "parse_duration")
+_WHERE: dict[str, str] = {name: sub for sub, names in _EXPORTS.items() for name in names}
 
 __all__ = [
     "AnomalyConfig",
@@ -124,3 +109,89 @@ __all__ = [
     "summary_table",
     "tightening_signals",
 ]
+
+
+def __getattr__(name: str) -> typing.Any:
+    if name in _FROM_TELEMETRY:
+        module = importlib.import_module("llmslo.telemetry")
+    elif name in _WHERE:
+        module = importlib.import_module(f"llmslo.analysis.{_WHERE[name]}")
+    else:
+        raise AttributeError(f"module 'llmslo.analysis' has no attribute {name!r}")
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if typing.TYPE_CHECKING:
+    from llmslo.analysis.anomaly import (
+        AnomalyConfig,
+        AnomalyReport,
+        TighteningConfig,
+        detect_anomalies,
+        failure_rate_slope,
+        outcome_entropy,
+        rolling_zscore,
+        tightening_signals,
+    )
+    from llmslo.analysis.gpu import (
+        GPU_IMPORT_KINDS,
+        GpuFormatError,
+        aligned_frame,
+        correlate,
+        gpu_state_during_decode,
+        import_gpu_file,
+        lagged_correlation,
+    )
+    from llmslo.analysis.importers import (
+        ImportFormatError,
+        ImportOptions,
+        ImportReport,
+        UnknownKindError,
+        detect_kind,
+        importer_for,
+        importers,
+    )
+    from llmslo.analysis.report import (
+        DEFAULT_TPOT_S,
+        DEFAULT_TTFT_S,
+        GROUP_COLUMNS,
+        LATENCY_INTERVALS,
+        QUANTILES,
+        WINDOW_KEY,
+        GoodputPolicy,
+        ReportSpec,
+        build_report,
+        km_quantiles,
+        quantile_label,
+    )
+    from llmslo.analysis.scrape import (
+        Scrape,
+        ScrapeAnalysis,
+        ScrapeFormatError,
+        analyze_scrape,
+        compare_scrapes,
+        parse_exposition,
+        read_scrape,
+    )
+    from llmslo.analysis.store import (
+        DuckDBSummaryWriter,
+        IngestReport,
+        InvalidInputError,
+        ParquetSummaryWriter,
+        RowError,
+        Store,
+        StoreError,
+        StoreVersionError,
+        arrow_schema,
+        open_store,
+        polars_schema,
+        summary_ddl,
+        summary_table,
+    )
+    from llmslo.analysis.workload import TRACE_KINDS, TraceFormatError, TraceSummary, read_trace
+    from llmslo.telemetry import format_duration, parse_duration

@@ -1,4 +1,4 @@
-"""Calibration and speed of the distribution-change scan (``llmslo.analysis._anomaly``).
+"""Calibration and speed of the distribution-change scan (``llmslo.analysis.anomaly._scan``).
 
 Calibration (default :class:`AnomalyConfig`: KS, α = 0.01 with Benjamini–Hochberg, 300 s windows, baseline
 the preceding 12 windows, gates min 100 samples, p50 ±10% or p99 ±20% and ≥ 5 ms, 2 consecutive windows):
@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _util import median, table
 
-from llmslo.analysis._anomaly import AnomalyConfig, detect_in_arrays, scan_series
+from llmslo.analysis.anomaly._scan import AnomalyConfig, detect_in_arrays, scan_series
 
 DAY_S = 86_400.0
 START = 1_700_006_400.0  # a multiple of 300 s

@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llmslo.analysis import Store, summary_ddl
-from llmslo.analysis._schema import SUMMARY_TABLE
+from llmslo.analysis.store._schema import SUMMARY_TABLE
 from llmslo.bench._data import synthetic_summaries
 from llmslo.bench._util import median, remove_db, spread, table, temp_dir
 

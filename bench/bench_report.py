@@ -55,7 +55,7 @@ import numpy as np
 import pandas as pd
 
 from llmslo.analysis import GoodputPolicy, ReportSpec, Store, build_report
-from llmslo.analysis._schema import SUMMARY_TABLE
+from llmslo.analysis.store._schema import SUMMARY_TABLE
 from llmslo.bench._data import synthetic_batches, synthetic_summaries
 from llmslo.bench._util import current_rss_mb, median, peak_rss_mb, spread, table, temp_dir
 from llmslo.telemetry import DEFAULT_BUCKETS_S, FINISH_REASONS

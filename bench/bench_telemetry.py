@@ -191,7 +191,7 @@ def _prefill(path: Path, rows: int) -> None:
 
 def sink_throughput(rows: int, prefill: int = 0) -> dict[str, Any]:
     try:
-        from llmslo.analysis._sink_writers import DuckDBSummaryWriter
+        from llmslo.analysis.store._sink_writers import DuckDBSummaryWriter
     except ImportError as exc:
         return {"error": f"needs the analysis extra: {exc}"}
     with temp_dir() as d:

@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from llmslo.analysis import Store
-from llmslo.analysis._anomaly import (
+from llmslo.analysis.anomaly._scan import (
     ANOMALY_METRICS,
     AnomalyConfig,
     AnomalyReport,

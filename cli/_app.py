@@ -272,7 +272,7 @@ def demo(
     burst the queue fills (429s) and waiting clients give up before their first token; TTFT over
     successful requests then looks healthy while the censoring-aware view shows the truth.
     """
-    from llmslo.analysis._demo import simulate_demo_workload
+    from llmslo.analysis.workload._demo import simulate_demo_workload
 
     trace = trace or _default_trace()
     if trace is not None and not trace.is_file():

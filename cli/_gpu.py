@@ -12,8 +12,8 @@ import typer
 from rich.table import Table
 
 from llmslo.analysis import Store
-from llmslo.analysis._correlate import aligned_frame, correlate, lagged_correlation
-from llmslo.analysis._gpu_import import GPU_COLUMNS, GPU_IMPORT_KINDS, import_gpu_file, store_gpu_samples
+from llmslo.analysis.gpu._correlate import aligned_frame, correlate, lagged_correlation
+from llmslo.analysis.gpu._samples import GPU_COLUMNS, GPU_IMPORT_KINDS, import_gpu_file, store_gpu_samples
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import duration as _common_duration
 from llmslo.cli._common import err as _err

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from llmslo.analysis import IngestReport, Store
-from llmslo.analysis._import_registry import (
+from llmslo.analysis.importers import (
     ImportOptions,
     ImportReport,
     detect_kind,

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from llmslo.analysis import DEFAULT_TPOT_S, DEFAULT_TTFT_S
-from llmslo.analysis._scrape import (
+from llmslo.analysis.scrape._scrape import (
     Finding,
     HistogramReport,
     Labels,

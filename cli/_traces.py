@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from llmslo.analysis import format_duration
-from llmslo.analysis._import_traces import TRACE_KINDS, TRACE_NOTE, TraceFormatError, TraceSummary, read_trace
+from llmslo.analysis.workload import TRACE_KINDS, TRACE_NOTE, TraceFormatError, TraceSummary, read_trace
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import duration as _duration
 from llmslo.cli._common import fail as _fail

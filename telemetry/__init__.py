@@ -1,19 +1,22 @@
 """What an LLM server imports: the request lifecycle, bounded streams, metrics, traces and the summary contract.
 
-Importing this package never loads polars, duckdb, pyarrow, scipy, numpy, typer, streamlit or OpenTelemetry
-(the summary sink's DuckDB and Parquet writers live in ``llmslo.analysis``; :class:`RequestTracing` imports
-OpenTelemetry when it is constructed).
+Two halves. The **contracts** (the summary schema, the metric name catalogue, the SLO policy, bucket
+bounds, durations, errors) load eagerly and need only the standard library: the analysis, the rules and
+the dashboards read them. The **runtime** (lifecycle, metrics, exposition, sink, streams, spans, GPU
+sampler) loads on first use of one of its names (PEP 562), so a contract user never loads
+prometheus-client. Nothing here loads polars, duckdb, pyarrow, scipy, numpy, typer, streamlit or
+OpenTelemetry (the summary sink's DuckDB and Parquet writers live in ``llmslo.analysis.store``;
+:class:`RequestTracing` imports OpenTelemetry when it is constructed).
 """
+
+from __future__ import annotations
+
+import importlib
+import typing
 
 from llmslo.telemetry._buckets import DEFAULT_BUCKETS_S
 from llmslo.telemetry._durations import format_duration, parse_duration
 from llmslo.telemetry._errors import ConfigurationError, LlmsloError
-from llmslo.telemetry._exposition import MetricsServer, metrics_app, render_metrics
-from llmslo.telemetry._gpu import GpuSample, GpuSampler, SampleSink
-from llmslo.telemetry._guard import Guard
-from llmslo.telemetry._labels import FORBIDDEN_LABELS, LabelPolicy
-from llmslo.telemetry._lifecycle import RequestScope, RequestTracker, Telemetry, current_tracker
-from llmslo.telemetry._metrics import TelemetryMetrics
 from llmslo.telemetry._names import (
     BREAKER_STATES,
     LABELS,
@@ -36,18 +39,7 @@ from llmslo.telemetry._names import (
     MetricType,
     RecordingRule,
 )
-from llmslo.telemetry._otel import OtlpExport, RequestTracing
 from llmslo.telemetry._policy import DEFAULT_TPOT_S, DEFAULT_TTFT_S, SloPolicy
-from llmslo.telemetry._sink import JsonlWriter, SummarySink, SummaryWriter
-from llmslo.telemetry._streams import (
-    SendQueue,
-    StreamClosed,
-    StreamPolicy,
-    StreamSimulation,
-    StreamTick,
-    TerminalRecord,
-    simulate_stream,
-)
 from llmslo.telemetry._summary import (
     COLUMN_NAMES,
     COLUMNS,
@@ -69,6 +61,69 @@ from llmslo.telemetry._summary import (
     tpot_s,
     validate_summary,
 )
+
+_RUNTIME: dict[str, str] = {
+    "FORBIDDEN_LABELS": "_labels",
+    "GpuSample": "_gpu",
+    "GpuSampler": "_gpu",
+    "Guard": "_guard",
+    "JsonlWriter": "_sink",
+    "LabelPolicy": "_labels",
+    "MetricsServer": "_exposition",
+    "OtlpExport": "_otel",
+    "RequestScope": "_lifecycle",
+    "RequestTracing": "_otel",
+    "RequestTracker": "_lifecycle",
+    "SampleSink": "_gpu",
+    "SendQueue": "_streams",
+    "StreamClosed": "_streams",
+    "StreamPolicy": "_streams",
+    "StreamSimulation": "_streams",
+    "StreamTick": "_streams",
+    "SummarySink": "_sink",
+    "SummaryWriter": "_sink",
+    "Telemetry": "_lifecycle",
+    "TelemetryMetrics": "_metrics",
+    "TerminalRecord": "_streams",
+    "current_tracker": "_lifecycle",
+    "metrics_app": "_exposition",
+    "render_metrics": "_exposition",
+    "simulate_stream": "_streams",
+}
+"""Runtime names and the private module each lives in, imported on first access."""
+
+
+def __getattr__(name: str) -> typing.Any:
+    module = _RUNTIME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'llmslo.telemetry' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"llmslo.telemetry.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if typing.TYPE_CHECKING:
+    from llmslo.telemetry._exposition import MetricsServer, metrics_app, render_metrics
+    from llmslo.telemetry._gpu import GpuSample, GpuSampler, SampleSink
+    from llmslo.telemetry._guard import Guard
+    from llmslo.telemetry._labels import FORBIDDEN_LABELS, LabelPolicy
+    from llmslo.telemetry._lifecycle import RequestScope, RequestTracker, Telemetry, current_tracker
+    from llmslo.telemetry._metrics import TelemetryMetrics
+    from llmslo.telemetry._otel import OtlpExport, RequestTracing
+    from llmslo.telemetry._sink import JsonlWriter, SummarySink, SummaryWriter
+    from llmslo.telemetry._streams import (
+        SendQueue,
+        StreamClosed,
+        StreamPolicy,
+        StreamSimulation,
+        StreamTick,
+        TerminalRecord,
+        simulate_stream,
+    )
 
 __all__ = [
     "BREAKER_STATES",

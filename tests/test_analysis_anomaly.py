@@ -10,7 +10,8 @@ import pytest
 from scipy import stats
 
 from llmslo.analysis import Store
-from llmslo.analysis._anomaly import (
+from llmslo.analysis.anomaly._ks import KSTWO_MAX_N, ks_pvalue, ks_statistic_sorted, ks_statistics_against
+from llmslo.analysis.anomaly._scan import (
     AnomalyConfig,
     TighteningConfig,
     benjamini_hochberg,
@@ -22,7 +23,6 @@ from llmslo.analysis._anomaly import (
     scan_series,
     tightening_signals,
 )
-from llmslo.analysis._ks import KSTWO_MAX_N, ks_pvalue, ks_statistic_sorted, ks_statistics_against
 from llmslo.telemetry import ConfigurationError
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "real_data"
@@ -236,7 +236,7 @@ def test_the_demo_overload_burst_is_found_from_the_store(tmp_path: Path) -> None
     trace = REAL / "azure" / "AzureLLMInferenceTrace_conv.csv"
     if not trace.is_file():
         pytest.skip(f"real data not found at {trace}")
-    from llmslo.analysis._demo import BURST_OFFSET_S, simulate_demo_workload
+    from llmslo.analysis.workload._demo import BURST_OFFSET_S, simulate_demo_workload
 
     frame = simulate_demo_workload(trace, seed=0)
     with Store.open(tmp_path / "s.duckdb") as store:

@@ -1,4 +1,4 @@
-"""Tests of the synthetic demo workload (llmslo.analysis._demo)."""
+"""Tests of the synthetic demo workload (llmslo.analysis.workload._demo)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from llmslo.analysis._demo import (
+from llmslo.analysis.store._schema import polars_schema
+from llmslo.analysis.workload._demo import (
     BURST_DURATION_S,
     BURST_OFFSET_S,
     ITL_ROWS,
     simulate_demo_workload,
 )
-from llmslo.analysis._schema import polars_schema
 from llmslo.telemetry import validate_summary
 
 AZURE_CONV = (

@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 
 from llmslo.analysis import Store
-from llmslo.analysis._correlate import aligned_frame, correlate, gpu_state_during_decode, lagged_correlation
-from llmslo.analysis._gpu_import import (
+from llmslo.analysis.gpu._correlate import aligned_frame, correlate, gpu_state_during_decode, lagged_correlation
+from llmslo.analysis.gpu._samples import (
     GPU_COLUMNS,
     GpuFormatError,
     import_gpu_file,

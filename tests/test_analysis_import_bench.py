@@ -22,15 +22,18 @@ import typer
 from typer.testing import CliRunner
 
 from llmslo.analysis import DEFAULT_TTFT_S, GoodputPolicy, ReportSpec, Store, build_report, polars_schema
-from llmslo.analysis._import_bench import convert_file, import_llmperf, import_vllm_bench
-from llmslo.analysis._import_bench_tools import import_genai_perf, import_guidellm
-from llmslo.analysis._import_registry import (
+from llmslo.analysis.importers import (
     ImportFormatError,
     ImportReport,
     UnknownKindError,
+    convert_file,
     detect_kind,
     importers,
 )
+from llmslo.analysis.importers._genai_perf import import_genai_perf
+from llmslo.analysis.importers._guidellm import import_guidellm
+from llmslo.analysis.importers._llmperf import import_llmperf
+from llmslo.analysis.importers._vllm_bench import import_vllm_bench
 from llmslo.cli._import import import_command
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "real_data"

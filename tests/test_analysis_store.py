@@ -22,7 +22,7 @@ from llmslo.analysis import (
     arrow_schema,
     polars_schema,
 )
-from llmslo.analysis._schema import META_TABLE, SUMMARY_TABLE
+from llmslo.analysis.store._schema import META_TABLE, SUMMARY_TABLE
 from llmslo.telemetry import COLUMN_NAMES, COLUMNS
 from llmslo.tests._rows import BREAKERS, cancelled_row, ok_row, rejected_row
 

@@ -1,4 +1,4 @@
-"""Kaplan–Meier quantiles in SQL (llmslo.analysis._survival) against numpy and a plain Python KM."""
+"""Kaplan–Meier quantiles in SQL (llmslo.analysis.report._survival) against numpy and a plain Python KM."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmslo.analysis._survival import km_quantiles, km_quantiles_sql, quantile_label
+from llmslo.analysis.report._survival import km_quantiles, km_quantiles_sql, quantile_label
 
 # Quantiles for which numpy's "inverted_cdf" has no float artefact of its own for n <= 3000
 # (see test_no_censoring_is_the_exact_inverse_cdf_where_numpy_rounds for one that has).

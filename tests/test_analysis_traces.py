@@ -18,15 +18,14 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from llmslo.analysis._import_registry import ImportOptions, detect_kind, importer_for
-from llmslo.analysis._import_traces import (
+from llmslo.analysis.importers import ImportOptions, detect_kind, importer_for, schedule_path
+from llmslo.analysis.workload._traces import (
     SCHEDULE_SCHEMA,
     TRACE_KINDS,
     TRACE_NOTE,
     TraceFormatError,
     detect_trace_kind,
     read_trace,
-    schedule_path,
     summarize_schedule,
 )
 from llmslo.cli._traces import trace_command

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from llmslo.analysis import Store
-from llmslo.analysis._sink_writers import DuckDBSummaryWriter, ParquetSummaryWriter
+from llmslo.analysis.store._sink_writers import DuckDBSummaryWriter, ParquetSummaryWriter
 from llmslo.telemetry import JsonlWriter, SummarySink, Telemetry, validate_summary
 
 

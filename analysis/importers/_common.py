@@ -29,9 +29,8 @@ from typing import Any
 
 import polars as pl
 
-from llmslo.analysis._import_registry import ImportFormatError, ImportReport
-from llmslo.analysis._schema import polars_schema
-from llmslo.analysis._validation import RowError
+from llmslo.analysis.importers._types import ImportFormatError, ImportReport
+from llmslo.analysis.store import RowError, polars_schema
 from llmslo.telemetry import COLUMN_NAMES
 
 EPS_S = 1e-6

@@ -3,7 +3,7 @@
 :func:`simulate_demo_workload` runs a small, seeded, discrete-event simulation of two model servers
 (continuous batching behind a bounded admission queue) fed by the Azure LLM inference trace or by
 Poisson arrivals, and returns one request-summary row per request in the schema of
-:func:`llmslo.analysis._schema.polars_schema`.
+:func:`llmslo.analysis.store.polars_schema`.
 
 For :data:`BURST_DURATION_S` seconds starting :data:`BURST_OFFSET_S` seconds after the first arrival, the
 arrivals of a :data:`BURST_FACTOR` times longer stretch of the input are squeezed in (same requests,
@@ -50,7 +50,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from llmslo.analysis._schema import polars_schema
+from llmslo.analysis.store import polars_schema
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -400,7 +400,7 @@ def simulate_demo_workload(
 
     Arrivals between ``start_unix_s + BURST_OFFSET_S`` and ``+ BURST_DURATION_S`` come
     :data:`BURST_FACTOR` times denser (a workload shorter than the offset has no burst). The frame has
-    exactly the columns and dtypes of :func:`~llmslo.analysis._schema.polars_schema`, rows in arrival
+    exactly the columns and dtypes of :func:`~llmslo.analysis.store.polars_schema`, rows in arrival
     order, ``request_id`` ``req-000001``…; every row satisfies the request-summary contract. All
     intervals are seconds of server time from arrival, ``client_*`` add a simulated network round trip.
     About a second (0.6 s on an idle core) for the 19k-request Azure conversation trace.

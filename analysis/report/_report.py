@@ -16,9 +16,9 @@ from typing import Any
 
 import duckdb
 
-from llmslo.analysis._policy import GoodputPolicy
-from llmslo.analysis._schema import META_TABLE, SUMMARY_TABLE
-from llmslo.analysis._survival import km_quantiles, quantile_label
+from llmslo.analysis.report._policy import GoodputPolicy
+from llmslo.analysis.report._survival import km_quantiles, quantile_label
+from llmslo.analysis.store import META_TABLE, SUMMARY_TABLE
 from llmslo.telemetry import DEFAULT_BUCKETS_S, FINISH_REASONS, SCHEMA_VERSION, TPOT_SQL, ConfigurationError
 
 GROUP_COLUMNS: tuple[str, ...] = ("model", "version", "tenant_class", "finish_reason")

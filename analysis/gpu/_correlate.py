@@ -33,8 +33,8 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
-from llmslo.analysis._gpu_import import ENGINE_TABLE, GPU_TABLE
-from llmslo.analysis._schema import SUMMARY_TABLE
+from llmslo.analysis.gpu._samples import ENGINE_TABLE, GPU_TABLE
+from llmslo.analysis.store import SUMMARY_TABLE
 from llmslo.telemetry import TPOT_SQL, ConfigurationError
 
 __all__ = [

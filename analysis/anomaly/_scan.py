@@ -37,8 +37,8 @@ import numpy.typing as npt
 import polars as pl
 from scipy import stats
 
-from llmslo.analysis._ks import ks_pvalue, ks_statistic_and_positions, ks_statistic_sorted
-from llmslo.analysis._schema import SUMMARY_TABLE
+from llmslo.analysis.anomaly._ks import ks_pvalue, ks_statistic_and_positions, ks_statistic_sorted
+from llmslo.analysis.store import SUMMARY_TABLE
 from llmslo.telemetry import FINISH_REASONS, TPOT_SQL, ConfigurationError
 
 FloatArray = npt.NDArray[np.float64]

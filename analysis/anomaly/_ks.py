@@ -16,7 +16,7 @@ statistics agree to the last bit apart from the rounding ``ks_2samp`` applies in
 The p-value is Smirnov's asymptotic two-sided form: the distribution of the one-sample statistic for
 ``round(n·m/(n+m))`` samples (``scipy.stats.kstwo``, what ``ks_2samp`` uses once a sample exceeds 10,000
 values) up to :data:`KSTWO_MAX_N`, Kolmogorov's limiting distribution beyond (see there). For
-autocorrelated latencies every such p-value is optimistic; :mod:`llmslo.analysis._anomaly` gates findings
+autocorrelated latencies every such p-value is optimistic; :mod:`llmslo.analysis.anomaly._scan` gates findings
 on effect size and consecutive windows for that reason.
 """
 

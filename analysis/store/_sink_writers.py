@@ -28,8 +28,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llmslo.analysis._schema import arrow_schema
-from llmslo.analysis._store import IngestReport, Store
+from llmslo.analysis.store._schema import arrow_schema
+from llmslo.analysis.store._store import IngestReport, Store
 from llmslo.telemetry import ConfigurationError
 
 Row = Mapping[str, object]

@@ -5,10 +5,14 @@ Everything here is derived from :data:`llmslo.telemetry.COLUMNS`; nothing restat
 
 from __future__ import annotations
 
-import polars as pl
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 
 from llmslo.telemetry import COLUMNS, SCHEMA_VERSION, Column
+
+if TYPE_CHECKING:
+    import polars as pl
 
 SUMMARY_TABLE = "request_summaries"
 META_TABLE = "llmslo_meta"
@@ -19,12 +23,6 @@ _ARROW_TYPES = {
     "float": pa.float64(),
     "int": pa.int64(),
     "float_list": pa.list_(pa.float64()),
-}
-_POLARS_TYPES: dict[str, pl.DataType] = {
-    "str": pl.String(),
-    "float": pl.Float64(),
-    "int": pl.Int64(),
-    "float_list": pl.List(pl.Float64()),
 }
 
 
@@ -53,5 +51,13 @@ def arrow_schema() -> pa.Schema:
 
 
 def polars_schema() -> pl.Schema:
-    """The polars schema of a request-summary frame."""
-    return pl.Schema({c.name: _POLARS_TYPES[c.kind] for c in COLUMNS})
+    """The polars schema of a request-summary frame (imports polars: the store itself does not need it)."""
+    import polars as pl
+
+    types: dict[str, pl.DataType] = {
+        "str": pl.String(),
+        "float": pl.Float64(),
+        "int": pl.Int64(),
+        "float_list": pl.List(pl.Float64()),
+    }
+    return pl.Schema({c.name: types[c.kind] for c in COLUMNS})

@@ -1,35 +1,26 @@
-"""Importers of other tools' outputs: the registry ``llmslo import KIND`` dispatches through.
+"""The vocabulary of importers: options, the per-file report, the importer record, the errors.
 
-An importer is registered once under a ``kind`` (``llmperf``, ``vllm-bench``, ...). A request-summary
-importer has ``convert``: one file in, one frame with exactly :func:`~llmslo.analysis.polars_schema` and an
-:class:`ImportReport` out; the command line validates and loads the frame through
-:meth:`~llmslo.analysis.Store.ingest_frame`. An importer of another kind of data (traces, arrival
-schedules) has ``run`` instead and stores what it produces itself, returning one report per file.
-``detect`` lets ``llmslo import auto`` recognise a file from its first bytes.
-
-Importers in :data:`BUILTIN_MODULES` register themselves when first needed; another module registers
-its own with :func:`register_importer`.
+A request-summary importer has ``convert``: one file in, one frame with exactly
+:func:`~llmslo.analysis.store.polars_schema` and an :class:`ImportReport` out. An importer of another kind
+of data (traces become arrival schedules) has ``run`` instead and stores what it produces itself,
+returning one report per file. ``detect`` lets ``llmslo import auto`` recognise a file from its first bytes.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
-
-from llmslo.analysis._validation import InvalidInputError, RowError
+from llmslo.analysis.store import InvalidInputError, RowError
 from llmslo.telemetry import LlmsloError
 
-HEAD_BYTES = 256 * 1024
-"""How much of a file :func:`detect_kind` reads to recognise it."""
+if TYPE_CHECKING:
+    import polars as pl
 
-BUILTIN_MODULES: tuple[str, ...] = ("llmslo.analysis._import_bench", "llmslo.analysis._import_traces")
-"""Modules whose importers register themselves on import; a module that does not exist is skipped."""
+HEAD_BYTES = 256 * 1024
+"""How much of a file :func:`~llmslo.analysis.importers.detect_kind` reads to recognise it."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +63,7 @@ class ImportReport:
         return out
 
 
-Converter = Callable[[Path, ImportOptions], tuple[pl.DataFrame, ImportReport]]
+Converter = Callable[[Path, ImportOptions], "tuple[pl.DataFrame, ImportReport]"]
 """``convert(path, options) -> (frame, report)``; raises :class:`ImportFormatError` for a malformed file."""
 Runner = Callable[[Sequence[Path], Path, ImportOptions], list[ImportReport]]
 """``run(paths, db, options) -> reports`` for importers that store something other than request summaries."""
@@ -124,66 +115,8 @@ class UnknownKindError(LlmsloError):
     """An import kind that no importer provides, or a file ``auto`` does not recognise."""
 
 
-_REGISTRY: dict[str, Importer] = {}
-_loaded = False
-
-
-def register_importer(importer: Importer, *, replace: bool = False) -> None:
-    """Make ``importer`` available as ``llmslo import <importer.kind>`` (and to ``auto`` if it can detect)."""
-    if importer.kind == "auto":
-        raise ValueError("'auto' is reserved for detection")
-    if importer.kind in _REGISTRY and not replace and _REGISTRY[importer.kind] is not importer:
-        raise ValueError(f"an importer for {importer.kind!r} is already registered")
-    _REGISTRY[importer.kind] = importer
-
-
-def _load_builtin() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for name in BUILTIN_MODULES:
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:  # the module exists but something it needs does not: say so
-                raise
-
-
-def importers() -> dict[str, Importer]:
-    """Every registered importer by kind, in registration order."""
-    _load_builtin()
-    return dict(_REGISTRY)
-
-
-def importer_for(kind: str) -> Importer:
-    """The importer of ``kind``; raises :class:`UnknownKindError` listing the known kinds."""
-    known = importers()
-    if kind not in known:
-        raise UnknownKindError(f"unknown import kind {kind!r}; choose from {', '.join([*known, 'auto'])}")
-    return known[kind]
-
-
 def read_head(path: Path, size: int = HEAD_BYTES) -> str:
     """The first ``size`` bytes of a file as text (undecodable bytes replaced, a leading BOM dropped)."""
     with path.open("rb") as fh:
         raw = fh.read(size)
     return raw.decode("utf-8", errors="replace").lstrip("\ufeff")
-
-
-def detect_kind(path: str | os.PathLike[str]) -> str:
-    """The import kind of a file, recognised from its content (not its name).
-
-    Raises :class:`UnknownKindError` for a missing file or one no importer recognises.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise UnknownKindError(f"{p}: no such file")
-    head = read_head(p)
-    for importer in importers().values():
-        if importer.detect is not None and importer.detect(p, head):
-            return importer.kind
-    kinds = ", ".join(k for k, imp in importers().items() if imp.detect is not None)
-    raise UnknownKindError(
-        f"{p}: not recognised as any of {kinds}; name the kind explicitly (llmslo import KIND FILE)"
-    )

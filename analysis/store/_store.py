@@ -17,16 +17,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llmslo.analysis._schema import META_TABLE, SUMMARY_TABLE, summary_ddl
-from llmslo.analysis._validation import (
+from llmslo.analysis.store._schema import META_TABLE, SUMMARY_TABLE, summary_ddl
+from llmslo.analysis.store._validation import (
     ROW,
     ColumnPlan,
     Condition,
@@ -38,6 +37,9 @@ from llmslo.analysis._validation import (
     violation_conditions,
 )
 from llmslo.telemetry import COLUMN_NAMES, SCHEMA_VERSION, LlmsloError
+
+if TYPE_CHECKING:
+    import polars as pl
 
 ProgressCallback = Callable[[str, int, int], None]
 """``on_progress(stage, done_rows, total_rows)``; called as work advances."""
@@ -213,7 +215,7 @@ class Store:
         return int(self._one(f"SELECT count(*) FROM {source_sql}")[0])
 
     def _stage_frame(self, frame: pl.DataFrame | pa.Table, source: str) -> _Input:
-        table = frame.to_arrow() if isinstance(frame, pl.DataFrame) else frame
+        table = frame if isinstance(frame, pa.Table) else frame.to_arrow()  # a polars frame, not imported here
         if ROW in table.column_names:
             table = table.drop_columns([ROW])
         table = table.append_column(ROW, pa.array(np.arange(1, table.num_rows + 1, dtype=np.int64)))

@@ -1,0 +1,51 @@
+"""GPU context: sample importers (nvidia-smi CSV, dmon, vLLM engine CSV) and correlation with latency."""
+
+from __future__ import annotations
+
+from llmslo.analysis.gpu._correlate import (
+    GPU_SIGNALS,
+    REQUEST_TARGETS,
+    Correlation,
+    LagResult,
+    aligned_frame,
+    correlate,
+    gpu_state_during_decode,
+    lagged_correlation,
+)
+from llmslo.analysis.gpu._samples import (
+    ENGINE_TABLE,
+    GPU_COLUMNS,
+    GPU_IMPORT_KINDS,
+    GPU_TABLE,
+    GpuFormatError,
+    ensure_gpu_tables,
+    import_gpu_file,
+    read_nvidia_smi_csv,
+    read_nvidia_smi_dmon,
+    read_vllm_engine_csv,
+    store_engine_samples,
+    store_gpu_samples,
+)
+
+__all__ = [
+    "Correlation",
+    "ENGINE_TABLE",
+    "GPU_COLUMNS",
+    "GPU_IMPORT_KINDS",
+    "GPU_SIGNALS",
+    "GPU_TABLE",
+    "GpuFormatError",
+    "LagResult",
+    "REQUEST_TARGETS",
+    "aligned_frame",
+    "correlate",
+    "ensure_gpu_tables",
+    "gpu_state_during_decode",
+    "import_gpu_file",
+    "lagged_correlation",
+    "read_nvidia_smi_csv",
+    "read_nvidia_smi_dmon",
+    "read_vllm_engine_csv",
+    "store_engine_samples",
+    "store_gpu_samples",
+]

@@ -1,0 +1,63 @@
+"""Per-request benchmark results → request summaries: vLLM bench, LLMPerf, GenAI-Perf/AIPerf, guidellm.
+
+Each converter reads one file and returns a frame with exactly :func:`~llmslo.analysis.store.polars_schema`
+plus an :class:`ImportReport` saying what it converted and what the
+file lacks. A malformed file raises :class:`ImportFormatError` naming
+file, record and field, and nothing is imported.
+
+Mapping (the same for every tool):
+
+- These are client measurements. ``ttft_s`` = first content chunk − request sent, ``last_token_s`` = last
+  content chunk − request sent, ``e2e_s`` = response complete − request sent, all seconds on the client's
+  clock; ``client_ttft_s``/``client_e2e_s`` repeat them. So ``llmslo report`` computes latency, TPOT
+  ``(last_token_s − ttft_s)/(N − 1)`` and goodput from the tool's own measurements, and its success-only
+  quantiles reproduce the tool's (same values, same linear interpolation).
+- Successful requests finish ``stop`` (no tool here records stop vs length; both count as success).
+  HTTP 429 → ``rejected``/``rate_limited``; other failures → ``error`` with a bounded ``error_type``
+  (``http_<code>``, ``too_few_tokens``, ``no_first_token``, ``client_timeout``, ``client_error``);
+  requests the tool cancelled → ``client_cancel``.
+- ``request_id`` = ``<file name>#<index>`` (deterministic: re-importing a file adds nothing).
+- ``model``: ``--model``, else the name recorded in the file, else the file name. ``version`` = the
+  file's recorded version or ``unknown``; ``tenant_class`` = the load level the file records
+  (``request_rate=inf``, ``concurrency=10``) or ``benchmark``.
+- Arrival times come from the tool's own start times. A file without them (LLMPerf) gets
+  ``arrival_unix_s = 0`` on every row and ``arrivals_available = False``: windows and per-second rates
+  from it are meaningless, and the import report and the command line say so.
+
+One module per tool (``_vllm_bench``, ``_llmperf``, ``_genai_perf``, ``_guidellm``; traces in ``_traces``),
+listed in one explicit registry table; :func:`import_files` is the whole workflow of ``llmslo import``.
+"""
+
+from __future__ import annotations
+
+from llmslo.analysis.importers._registry import (
+    BUILTIN_IMPORTERS,
+    convert_file,
+    detect_kind,
+    importer_for,
+    importers,
+    register_importer,
+)
+from llmslo.analysis.importers._traces import schedule_path
+from llmslo.analysis.importers._types import (
+    Importer,
+    ImportFormatError,
+    ImportOptions,
+    ImportReport,
+    UnknownKindError,
+)
+
+__all__ = [
+    "BUILTIN_IMPORTERS",
+    "ImportFormatError",
+    "ImportOptions",
+    "ImportReport",
+    "Importer",
+    "UnknownKindError",
+    "convert_file",
+    "detect_kind",
+    "importer_for",
+    "importers",
+    "register_importer",
+    "schedule_path",
+]

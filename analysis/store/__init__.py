@@ -1,0 +1,30 @@
+"""The request-summary store: schema, validation, the DuckDB ``Store`` and the sink writers.
+
+The light door of the analysis: a server that writes summaries imports this subpackage alone, which loads
+duckdb and pyarrow only (no polars, numpy or scipy; :func:`polars_schema` imports polars when called).
+"""
+
+from __future__ import annotations
+
+from llmslo.analysis.store._schema import META_TABLE, SUMMARY_TABLE, arrow_schema, polars_schema, summary_ddl
+from llmslo.analysis.store._sink_writers import DuckDBSummaryWriter, ParquetSummaryWriter, summary_table
+from llmslo.analysis.store._store import IngestReport, Store, StoreError, StoreVersionError, open_store
+from llmslo.analysis.store._validation import InvalidInputError, RowError
+
+__all__ = [
+    "DuckDBSummaryWriter",
+    "IngestReport",
+    "InvalidInputError",
+    "META_TABLE",
+    "ParquetSummaryWriter",
+    "RowError",
+    "SUMMARY_TABLE",
+    "Store",
+    "StoreError",
+    "StoreVersionError",
+    "arrow_schema",
+    "open_store",
+    "polars_schema",
+    "summary_ddl",
+    "summary_table",
+]

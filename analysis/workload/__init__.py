@@ -1,0 +1,49 @@
+"""Workloads: production traces (Azure, Mooncake, BurstGPT) read as arrival schedules, and the demo.
+
+A schedule is a frame of ``offset_s`` (seconds after the first arrival), ``input_tokens``,
+``output_tokens`` (and where the trace has them, ``prefix_ids``, ``source_model``), the input of a load
+replay; :func:`simulate_demo_workload` runs one through a simulated server for ``llmslo demo``.
+"""
+
+from __future__ import annotations
+
+from llmslo.analysis.workload._demo import ServerModel, simulate_demo_workload
+from llmslo.analysis.workload._traces import (
+    MOONCAKE_BLOCK_TOKENS,
+    SCHEDULE_SCHEMA,
+    TRACE_KINDS,
+    TRACE_NOTE,
+    LengthStats,
+    PrefixStats,
+    RateBucket,
+    TraceFormatError,
+    TraceSummary,
+    detect_trace_kind,
+    read_azure_trace,
+    read_burstgpt_trace,
+    read_mooncake_trace,
+    read_trace,
+    summarize_schedule,
+    trace_kind_of_line,
+)
+
+__all__ = [
+    "LengthStats",
+    "MOONCAKE_BLOCK_TOKENS",
+    "PrefixStats",
+    "RateBucket",
+    "SCHEDULE_SCHEMA",
+    "ServerModel",
+    "TRACE_KINDS",
+    "TRACE_NOTE",
+    "TraceFormatError",
+    "TraceSummary",
+    "detect_trace_kind",
+    "read_azure_trace",
+    "read_burstgpt_trace",
+    "read_mooncake_trace",
+    "read_trace",
+    "simulate_demo_workload",
+    "summarize_schedule",
+    "trace_kind_of_line",
+]
