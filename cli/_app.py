@@ -204,7 +204,7 @@ def _print_report(db: Path, spec: ReportSpec, as_json: bool, as_csv: bool) -> No
     except LlmsloError as exc:
         raise _fail(str(exc)) from None
     if as_json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(report.to_dict(), indent=2))
     elif as_csv:
         sys.stdout.write(report_csv(report))
     else:

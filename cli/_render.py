@@ -6,14 +6,20 @@ import csv
 import io
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from llmslo.analysis import WINDOW_KEY, format_duration
+from llmslo.analysis.report import LATENCY_INTERVALS, WINDOW_KEY
+from llmslo.telemetry import format_duration
 
-_INTERVAL_ORDER = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s", "client_ttft_s")
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from llmslo.analysis.report import CensoringAwareTtft, Report
+
 _QUANTS = ("p50", "p90", "p95", "p99")
 
 
@@ -34,20 +40,21 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:,.2f}"
 
 
-def group_label(keys: dict[str, Any]) -> str:
+def group_label(keys: Mapping[str, Any]) -> str:
+    """The group's key values joined with ' · ' (a window shown as its UTC start), escaped for rich markup."""
     parts = []
     for k, v in keys.items():
         if k == WINDOW_KEY and v is not None:
             parts.append(datetime.fromtimestamp(float(v), tz=UTC).strftime("%Y-%m-%d %H:%M:%S"))
         else:
             parts.append(str(v))
-    return " · ".join(parts) if parts else "all"
+    return escape(" · ".join(parts)) if parts else "all"
 
 
-def render_report(report: dict[str, Any], console: Console) -> None:
+def render_report(report: Report, console: Console) -> None:
     """Print the goodput, latency, survivor-bias and token tables, then the definitions used."""
-    groups: list[dict[str, Any]] = report["groups"]
-    head = " × ".join("window" if k == WINDOW_KEY else k for k in report["group_by"]) or "all requests"
+    groups = report.groups
+    head = " × ".join("window" if k == WINDOW_KEY else k for k in report.group_by) or "all requests"
     if not groups:
         console.print("[yellow]The store holds no request summaries.[/yellow]")
         return
@@ -56,21 +63,20 @@ def render_report(report: dict[str, Any], console: Console) -> None:
     for col in ("group", "attempted", "good", "in flight", "goodput", "good req/s", "good gen tok/s"):
         t.add_column(col, justify="left" if col == "group" else "right")
     for g in groups:
-        t.add_row(group_label(g["keys"]), f"{g['attempted']:,}", f"{g['good']:,}", f"{g['in_flight']:,}",
-                  _pct(g["goodput_fraction"]), _rate(g["request_goodput_per_s"]),
-                  _rate(g["token_goodput_per_s"]))
+        t.add_row(group_label(g.keys), f"{g.attempted:,}", f"{g.good:,}", f"{g.in_flight:,}",
+                  _pct(g.goodput_fraction), _rate(g.request_goodput_per_s), _rate(g.token_goodput_per_s))
     console.print(t)
 
     t = Table(title="Latency (exact quantiles)", title_justify="left")
     for col in ("group", "interval", "n", "mean", *_QUANTS, "max"):
         t.add_column(col, justify="left" if col in ("group", "interval") else "right")
     for g in groups:
-        label = group_label(g["keys"])
-        for name in _INTERVAL_ORDER:
-            d = g["latency"][name]
-            if d["count"] == 0:
+        label = group_label(g.keys)
+        for name in LATENCY_INTERVALS:
+            d = g.latency[name]
+            if d.count == 0:
                 continue
-            t.add_row(label, name, f"{d['count']:,}", _s(d["mean"]), *(_s(d[q]) for q in _QUANTS), _s(d["max"]))
+            t.add_row(label, name, f"{d.count:,}", _s(d.mean), *(_s(d.quantile(q)) for q in _QUANTS), _s(d.max))
             label = ""
     console.print(t)
 
@@ -81,22 +87,14 @@ def render_report(report: dict[str, Any], console: Console) -> None:
         t.add_column(col, justify="left" if col in ("group", "verdict") else "right")
     notes: list[str] = []
     for g in groups:
-        sb = g["survivor_bias"]
-        so, ca = sb["ttft_success_only"], sb["ttft_censoring_aware"]
-
-        def aware(label: str, ca: dict[str, Any] = ca) -> str:
-            if ca.get(label) is None and ca.get("at_least_s") is not None and ca["count"]:
-                return f"≥{_s(ca['at_least_s'])}"
-            return _s(ca.get(label))
-
-        verdict = sb["verdict"]
+        sb = g.survivor_bias
+        so, ca = sb.ttft_success_only.quantiles, sb.ttft_censoring_aware
+        verdict = sb.verdict
         style = {"optimistic": "bold red", "consistent": "green"}.get(verdict, "yellow")
-        t.add_row(group_label(g["keys"]), f"{sb['accounting']['rejected']:,}", _pct(sb["shed_cancel_fraction"]),
-                  _s(so["p90"]), aware("p90"), _s(so["p99"]), aware("p99"), f"[{style}]{verdict}[/{style}]")
-        notes += [f"{group_label(g['keys'])}: {r}" for r in sb["reasons"] if verdict == "optimistic"]
-        if not sb["accounting"]["balanced"]:
-            notes += [f"{group_label(g['keys'])}: accounting does not add up: {u}"
-                      for u in sb["accounting"]["unbalanced"]]
+        t.add_row(group_label(g.keys), f"{sb.accounting.rejected:,}", _pct(sb.shed_cancel_fraction),
+                  _s(so["p90"]), _aware(ca, "p90"), _s(so["p99"]), _aware(ca, "p99"), f"[{style}]{verdict}[/{style}]")
+        notes += [f"{group_label(g.keys)}: {escape(r)}" for r in sb.reasons if verdict == "optimistic"]
+        notes += [f"{group_label(g.keys)}: accounting does not add up: {escape(u)}" for u in sb.accounting.unbalanced]
     console.print(t)
     for n in notes[:12]:
         console.print(f"  [red]•[/red] {n}")
@@ -108,47 +106,53 @@ def render_report(report: dict[str, Any], console: Console) -> None:
     for col in ("group", "prompt", "generated", "sent", "waste", "generated/s", "sent/s"):
         t.add_column(col, justify="left" if col == "group" else "right")
     for g in groups:
-        k = g["tokens"]
-        t.add_row(group_label(g["keys"]), f"{k['prompt_tokens']:,}", f"{k['generated_tokens']:,}",
-                  f"{k['sent_tokens']:,}", f"{k['backpressure_waste_tokens']:,}",
-                  _rate(k["generated_tokens_per_s"]), _rate(k["sent_tokens_per_s"]))
+        k = g.tokens
+        t.add_row(group_label(g.keys), f"{k.prompt_tokens:,}", f"{k.generated_tokens:,}", f"{k.sent_tokens:,}",
+                  f"{k.backpressure_waste_tokens:,}", _rate(k.generated_tokens_per_s), _rate(k.sent_tokens_per_s))
     console.print(t)
 
-    basis = report["rate_basis"]
-    if basis["kind"] == "window":
-        rate = f"per-second rates divide by the window length ({format_duration(basis['seconds'])})"
+    basis = report.rate_basis
+    if basis.kind == "window" and basis.seconds is not None:
+        rate = f"per-second rates divide by the window length ({format_duration(basis.seconds)})"
     else:
-        secs = basis["seconds"]
         rate = ("per-second rates divide by the span the data covers, first arrival to last finish "
-                f"({_s(secs)})")
-    for caveat in report.get("caveats", []):
-        console.print(f"[yellow]caveat: {caveat}[/yellow]")
-    console.print(f"[dim]Policy: {report['policy']['rule']}.[/dim]")
-    console.print(f"[dim]Rates: {rate}. Totals: {report['totals']['attempted']:,} attempted, "
-                  f"{report['totals']['good']:,} good ({_pct(report['totals']['goodput_fraction'])}).[/dim]")
-    for name, text in report["definitions"].items():
-        console.print(f"[dim]{name}: {text}[/dim]")
+                f"({_s(basis.seconds)})")
+    for caveat in report.caveats:
+        console.print(f"[yellow]caveat: {escape(caveat)}[/yellow]")
+    totals = report.totals
+    console.print(f"[dim]Policy: {escape(report.policy.rule_text())}.[/dim]")
+    console.print(f"[dim]Rates: {rate}. Totals: {totals.attempted:,} attempted, "
+                  f"{totals.good:,} good ({_pct(totals.goodput_fraction)}).[/dim]")
+    for name, text in report.definitions.items():
+        console.print(f"[dim]{name}: {escape(text)}[/dim]")
 
 
-def report_csv(report: dict[str, Any]) -> str:
+def _aware(ca: CensoringAwareTtft, label: str) -> str:
+    """A censoring-aware quantile, or "≥ the largest censored time" when censoring leaves it unbounded."""
+    value = ca.quantiles[label]
+    if value is None and ca.at_least_s is not None and ca.count:
+        return f"≥{_s(ca.at_least_s)}"
+    return _s(value)
+
+
+def report_csv(report: Report) -> str:
     """One CSV row per group: keys, goodput figures, each interval's statistics, tokens, verdict."""
     rows: list[dict[str, Any]] = []
-    for g in report["groups"]:
-        row: dict[str, Any] = dict(g["keys"])
-        for k in ("attempted", "good", "in_flight", "goodput_fraction", "request_goodput_per_s",
-                  "token_goodput_per_s"):
-            row[k] = g[k]
-        for name in _INTERVAL_ORDER:
-            d = g["latency"][name]
-            for stat in ("count", "mean", *_QUANTS, "max"):
-                row[f"{name}_{stat}"] = d[stat]
-        for k, v in g["tokens"].items():
-            row[k] = v
-        sb = g["survivor_bias"]
+    for g in report.groups:
+        row: dict[str, Any] = dict(g.keys)
+        row.update(attempted=g.attempted, good=g.good, in_flight=g.in_flight, goodput_fraction=g.goodput_fraction,
+                   request_goodput_per_s=g.request_goodput_per_s, token_goodput_per_s=g.token_goodput_per_s)
+        for name in LATENCY_INTERVALS:
+            d = g.latency[name]
+            row.update({f"{name}_count": d.count, f"{name}_mean": d.mean})
+            row.update({f"{name}_{q}": d.quantile(q) for q in _QUANTS})
+            row[f"{name}_max"] = d.max
+        row.update(g.tokens.to_dict())
+        sb = g.survivor_bias
         for q in ("p90", "p99"):
-            row[f"ttft_s_success_only_{q}"] = sb["ttft_success_only"][q]
-            row[f"ttft_s_censoring_aware_{q}"] = sb["ttft_censoring_aware"].get(q)
-        row["survivor_bias_verdict"] = sb["verdict"]
+            row[f"ttft_s_success_only_{q}"] = sb.ttft_success_only.quantiles[q]
+            row[f"ttft_s_censoring_aware_{q}"] = sb.ttft_censoring_aware.quantiles[q]
+        row["survivor_bias_verdict"] = sb.verdict
         rows.append(row)
     buf = io.StringIO()
     fields: Sequence[str] = list(rows[0]) if rows else ["attempted"]

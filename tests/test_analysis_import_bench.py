@@ -110,8 +110,8 @@ def test_success_only_ttft_and_e2e_quantiles_equal_llmperfs_own(
 ) -> None:
     db, _ = llmperf_store
     with Store.open(db, read_only=True) as store:
-        report = build_report(store.con, ReportSpec(GoodputPolicy(), by=("model", "finish_reason")))
-        by_model = build_report(store.con, ReportSpec(GoodputPolicy(), by=("model",)))
+        report = build_report(store.con, ReportSpec(GoodputPolicy(), by=("model", "finish_reason"))).to_dict()
+        by_model = build_report(store.con, ReportSpec(GoodputPolicy(), by=("model",))).to_dict()
         groups = {(g["keys"]["model"], g["keys"]["finish_reason"]): g for g in report["groups"]}
         survivors = {g["keys"]["model"]: g["survivor_bias"]["ttft_success_only"] for g in by_model["groups"]}
         for path in _llmperf_files():
@@ -157,7 +157,7 @@ def test_goodput_reveals_the_rate_limited_provider_that_success_only_ttft_hides(
 ) -> None:
     db, reports = llmperf_store
     with Store.open(db, read_only=True) as store:
-        report = build_report(store.con, ReportSpec(GoodputPolicy(), by=("model",)))
+        report = build_report(store.con, ReportSpec(GoodputPolicy(), by=("model",))).to_dict()
     groups = {g["keys"]["model"]: g for g in report["groups"]}
     for model in ("lepton_7b", "lepton_13b", "lepton_70b"):
         g = groups[model]

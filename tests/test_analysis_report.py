@@ -41,7 +41,7 @@ def test_quantiles_equal_numpy_and_stay_inside_the_data(tmp_path_factory: pytest
                                                         ttfts: list[float]) -> None:
     rows = [_success(i, t) for i, t in enumerate(ttfts)]
     with _store(tmp_path_factory.mktemp("q") / "s.duckdb", rows) as store:
-        lat = _only(build_report(store.con, ReportSpec(GoodputPolicy())))["latency"]["ttft_s"]
+        lat = _only(build_report(store.con, ReportSpec(GoodputPolicy())).to_dict())["latency"]["ttft_s"]
     want = np.percentile(np.array(ttfts), [50, 90, 95, 99])
     got = [lat["p50"], lat["p90"], lat["p95"], lat["p99"]]
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
@@ -79,7 +79,7 @@ def test_goodput_is_a_fraction_and_monotone_in_each_threshold(
 ) -> None:
     with _store(tmp_path_factory.mktemp("g") / "s.duckdb", _mixed_rows(spec)) as store:
         def frac(ttft: float, tpot: float) -> float:
-            g = _only(build_report(store.con, ReportSpec(GoodputPolicy(ttft_s=ttft, tpot_s=tpot))))
+            g = _only(build_report(store.con, ReportSpec(GoodputPolicy(ttft_s=ttft, tpot_s=tpot))).to_dict())
             assert g["attempted"] == len(spec)
             assert 0.0 <= g["goodput_fraction"] <= 1.0
             return float(g["goodput_fraction"])
@@ -94,9 +94,9 @@ def test_goodput_keeps_shed_and_cancelled_requests_in_the_denominator(tmp_path: 
     rows = [_success(0, 0.5), _success(1, 3.0), rejected_row(2), cancelled_row(3),
             ok_row(4, queue_s=0.0, ttft_s=0.2, last_token_s=0.2, e2e_s=0.2, generated_tokens=1, sent_tokens=1)]
     with _store(tmp_path / "s.duckdb", rows) as store:
-        g = _only(build_report(store.con, ReportSpec(GoodputPolicy(ttft_s=2.0, tpot_s=0.1))))
+        g = _only(build_report(store.con, ReportSpec(GoodputPolicy(ttft_s=2.0, tpot_s=0.1))).to_dict())
         strict = _only(build_report(store.con, ReportSpec(
-            GoodputPolicy(ttft_s=2.0, tpot_s=0.1, one_token_passes_tpot=False))))
+            GoodputPolicy(ttft_s=2.0, tpot_s=0.1, one_token_passes_tpot=False))).to_dict())
     assert (g["attempted"], g["good"], g["goodput_fraction"]) == (5, 2, 0.4)
     assert g["good_one_token_replies"] == 1 and g["one_token_replies"] == 1
     assert strict["good"] == 1
@@ -112,7 +112,7 @@ def test_windows_align_to_unix_time_and_count_requests_still_running_as_in_fligh
         _success(2, 0.5, arrival_unix_s=t0 + 12.0),
     ]
     with _store(tmp_path / "s.duckdb", rows) as store:
-        rep = build_report(store.con, ReportSpec(GoodputPolicy(window_s=10.0)))
+        rep = build_report(store.con, ReportSpec(GoodputPolicy(window_s=10.0))).to_dict()
     first, second = rep["groups"]
     assert first["keys"]["window_start_unix_s"] == t0 and second["keys"]["window_start_unix_s"] == t0 + 10
     assert (first["attempted"], first["in_flight"], first["good"], first["goodput_fraction"]) == (2, 1, 1, 1.0)
@@ -126,7 +126,7 @@ def test_windows_align_to_unix_time_and_count_requests_still_running_as_in_fligh
 def test_without_a_window_rates_divide_by_the_span_and_say_so(tmp_path: Path) -> None:
     rows = [_success(0, 0.5, arrival_unix_s=100.0), _success(1, 0.5, arrival_unix_s=110.0)]
     with _store(tmp_path / "s.duckdb", rows) as store:
-        rep = build_report(store.con, ReportSpec(GoodputPolicy()))
+        rep = build_report(store.con, ReportSpec(GoodputPolicy())).to_dict()
     assert rep["rate_basis"]["kind"] == "span"
     assert rep["rate_basis"]["seconds"] == pytest.approx(110.0 + 1.51 - 100.0)
     assert _only(rep)["tokens"]["generated_tokens_per_s"] == pytest.approx(22 / 11.51)
@@ -136,7 +136,7 @@ def test_survivor_bias_flags_a_success_only_tail_that_hides_cancelled_requests(t
     fast = [_success(i, 0.2 + 0.001 * i) for i in range(80)]
     gave_up = [cancelled_row(100 + i, waited_s=10.0 + i) for i in range(20)]
     with _store(tmp_path / "s.duckdb", fast + gave_up) as store:
-        sb = _only(build_report(store.con, ReportSpec(GoodputPolicy())))["survivor_bias"]
+        sb = _only(build_report(store.con, ReportSpec(GoodputPolicy())).to_dict())["survivor_bias"]
     assert sb["verdict"] == "optimistic"
     assert sb["ttft_success_only"]["p99"] < 0.3
     assert sb["ttft_censoring_aware"]["p99"] is None and sb["ttft_censoring_aware"]["at_least_s"] == 29.0
@@ -146,7 +146,7 @@ def test_survivor_bias_flags_a_success_only_tail_that_hides_cancelled_requests(t
 
 def test_survivor_bias_is_consistent_when_nobody_is_lost(tmp_path: Path) -> None:
     with _store(tmp_path / "s.duckdb", [_success(i, 0.2 + 0.01 * i) for i in range(50)]) as store:
-        sb = _only(build_report(store.con, ReportSpec(GoodputPolicy())))["survivor_bias"]
+        sb = _only(build_report(store.con, ReportSpec(GoodputPolicy())).to_dict())["survivor_bias"]
     assert sb["verdict"] == "consistent" and sb["reasons"] == []
 
 
@@ -157,7 +157,7 @@ def test_rising_shed_fraction_with_an_improving_success_tail_is_flagged(tmp_path
     shed = [_success(100 + i, 0.3, arrival_unix_s=t0 + 60 + i * 0.1) for i in range(30)]
     shed += [rejected_row(200 + i, arrival_unix_s=t0 + 60 + i * 0.1) for i in range(30)]
     with _store(tmp_path / "s.duckdb", calm + shed) as store:
-        rep = build_report(store.con, ReportSpec(GoodputPolicy(window_s=60.0)))
+        rep = build_report(store.con, ReportSpec(GoodputPolicy(window_s=60.0))).to_dict()
     later = rep["groups"][1]["survivor_bias"]
     assert later["verdict"] == "optimistic"
     assert any("shed/cancel fraction rose" in r for r in later["reasons"])
@@ -166,7 +166,7 @@ def test_rising_shed_fraction_with_an_improving_success_tail_is_flagged(tmp_path
 def test_tokens_report_the_four_counts_and_backpressure_waste(tmp_path: Path) -> None:
     rows = [_success(0, 0.5, n=11, proposed_tokens=20), _success(1, 0.5, n=11, sent_tokens=5)]
     with _store(tmp_path / "s.duckdb", rows) as store:
-        tok = _only(build_report(store.con, ReportSpec(GoodputPolicy())))["tokens"]
+        tok = _only(build_report(store.con, ReportSpec(GoodputPolicy())).to_dict())["tokens"]
     assert (tok["prompt_tokens"], tok["proposed_tokens"], tok["generated_tokens"], tok["sent_tokens"]) == (
         200, 20, 22, 16)
     assert tok["backpressure_waste_tokens"] == 6
@@ -175,14 +175,14 @@ def test_tokens_report_the_four_counts_and_backpressure_waste(tmp_path: Path) ->
 def test_itl_is_reported_from_the_gap_lists(tmp_path: Path) -> None:
     rows = [_success(0, 0.5, itl_s=[0.01, 0.02, 0.03]), _success(1, 0.5, itl_s=[0.04])]
     with _store(tmp_path / "s.duckdb", rows) as store:
-        itl = _only(build_report(store.con, ReportSpec(GoodputPolicy())))["latency"]["itl_s"]
+        itl = _only(build_report(store.con, ReportSpec(GoodputPolicy())).to_dict())["latency"]["itl_s"]
     assert itl["count"] == 4 and itl["p50"] == pytest.approx(0.025) and itl["max"] == 0.04
 
 
 def test_grouping_splits_by_the_requested_columns(tmp_path: Path) -> None:
     rows = [_success(0, 0.5, model="a"), _success(1, 0.5, model="b"), rejected_row(2, model="b")]
     with _store(tmp_path / "s.duckdb", rows) as store:
-        rep = build_report(store.con, ReportSpec(GoodputPolicy(), by=("model", "finish_reason")))
+        rep = build_report(store.con, ReportSpec(GoodputPolicy(), by=("model", "finish_reason"))).to_dict()
     assert [(g["keys"]["model"], g["keys"]["finish_reason"], g["attempted"]) for g in rep["groups"]] == [
         ("a", "stop", 1), ("b", "rejected", 1), ("b", "stop", 1)]
 
@@ -199,7 +199,7 @@ def test_bad_policy_and_grouping_name_the_field() -> None:
 def test_a_group_that_sheds_most_requests_is_not_called_consistent(tmp_path: Path) -> None:
     rows = [_success(i, 0.2 + 0.001 * i) for i in range(20)] + [rejected_row(100 + i) for i in range(130)]
     with _store(tmp_path / "s.duckdb", rows) as store:
-        g = _only(build_report(store.con, ReportSpec(GoodputPolicy())))
+        g = _only(build_report(store.con, ReportSpec(GoodputPolicy())).to_dict())
     sb = g["survivor_bias"]
     # the success-only and censoring-aware TTFT agree (nobody admitted was lost) ...
     assert sb["ttft_censoring_aware"]["p99"] == pytest.approx(sb["ttft_success_only"]["p99"], rel=0.1)

@@ -6,8 +6,23 @@
 
 from __future__ import annotations
 
+from llmslo.analysis.report._model import (
+    Accounting,
+    Bucket,
+    CensoringAwareTtft,
+    Distribution,
+    Group,
+    RateBasis,
+    Report,
+    SuccessOnlyTtft,
+    SurvivorBias,
+    Tokens,
+    Totals,
+    Verdict,
+)
 from llmslo.analysis.report._policy import DEFAULT_TPOT_S, DEFAULT_TTFT_S, GoodputPolicy
 from llmslo.analysis.report._report import (
+    DEFINITIONS,
     GROUP_COLUMNS,
     LATENCY_INTERVALS,
     QUANTILES,
@@ -18,13 +33,26 @@ from llmslo.analysis.report._report import (
 from llmslo.analysis.report._survival import km_quantiles, quantile_label
 
 __all__ = [
+    "Accounting",
+    "Bucket",
+    "CensoringAwareTtft",
     "DEFAULT_TPOT_S",
     "DEFAULT_TTFT_S",
+    "DEFINITIONS",
+    "Distribution",
     "GROUP_COLUMNS",
     "GoodputPolicy",
+    "Group",
     "LATENCY_INTERVALS",
     "QUANTILES",
+    "RateBasis",
+    "Report",
     "ReportSpec",
+    "SuccessOnlyTtft",
+    "SurvivorBias",
+    "Tokens",
+    "Totals",
+    "Verdict",
     "WINDOW_KEY",
     "build_report",
     "km_quantiles",
