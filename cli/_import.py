@@ -4,37 +4,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from llmslo.analysis import IngestReport, Store
-from llmslo.analysis.importers import (
-    ImportOptions,
-    ImportReport,
-    detect_kind,
-    importer_for,
-)
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import err as _err
 from llmslo.cli._common import fail as _fail
-from llmslo.telemetry import LlmsloError
+
+if TYPE_CHECKING:
+    from llmslo.analysis.importers import ImportResult
 
 
-def _meta_value(report: ImportReport) -> str:
-    return json.dumps({k: v for k, v in report.to_dict().items() if k != "conversions"})
-
-
-def _row(report: ImportReport, ingest: IngestReport | None) -> dict[str, Any]:
-    out = report.to_dict()
-    out["rows_inserted"] = ingest.rows_inserted if ingest else None
-    out["rows_already_stored"] = ingest.rows_already_stored if ingest else None
-    return out
-
-
-def _print(rows: list[dict[str, Any]], total: int | None, db: Path) -> None:
+def _print(result: ImportResult, db: Path) -> None:
+    rows = [f.to_dict() for f in result.files]
+    total = result.store_rows
     out = _console()
     t = Table(title="Import", title_justify="left")
     for col in ("file", "kind", "read", "imported", "inserted", "already stored", "finish reasons", "arrivals"):
@@ -86,7 +72,8 @@ def import_command(
     prints beside every figure), validated like `llmslo ingest`, and loaded; a malformed file names the
     record and field and nothing is imported. A short report per file lists rows read and imported, every
     conversion applied and what the file does not record. Times are the tool's client-side measurements.
-    Re-importing a file adds nothing (request ids come from the file name and the record's position).
+    Re-importing a file adds nothing (request ids come from the file name and the record's position); where each
+    file came from is kept in the store (table llmslo_imports, keyed by the file's SHA-256).
 
     Kinds: vllm-bench (vLLM benchmark_serving.py / vllm bench serve JSON saved with --save-detailed),
     llmperf (LLMPerf individual responses), genai-perf (GenAI-Perf profile_export.json or AIPerf
@@ -94,51 +81,16 @@ def import_command(
 
     Example: llmslo import llmperf results/*_individual_responses.json --db bench.duckdb
     """
-    options = ImportOptions(model=model)
+    from llmslo.analysis.importers import ImportOptions, UnknownKindError, import_files
+    from llmslo.telemetry import LlmsloError
+
     try:
-        if kind != "auto":
-            importer_for(kind)
-        missing = [str(f) for f in files if not f.is_file()]
-        if missing:
-            raise _fail(f"no such file: {', '.join(missing)}", 2)
-        by_file = [(f, detect_kind(f) if kind == "auto" else kind) for f in files]
-    except typer.Exit:
-        raise
-    except LlmsloError as exc:
+        result = import_files(files, kind, db, ImportOptions(model=model))
+    except UnknownKindError as exc:
         raise _fail(str(exc), 2) from None
-
-    converted: list[tuple[Path, Any, ImportReport]] = []
-    run_groups: dict[str, list[Path]] = {}
-    try:
-        for f, k in by_file:  # convert everything first: a malformed file stops the import before any write
-            importer = importer_for(k)
-            if importer.convert is not None:
-                frame, report = importer.convert(f, options)
-                converted.append((f, frame, report))
-            else:
-                run_groups.setdefault(k, []).append(f)
     except LlmsloError as exc:
         raise _fail(str(exc)) from None
-
-    rows: list[dict[str, Any]] = []
-    total: int | None = None
-    try:
-        if converted:
-            with Store.open(db) as store:
-                for f, frame, report in converted:
-                    ingest = store.ingest_frame(frame, source=str(f))
-                    store.set_meta(f"import:{f.name}", _meta_value(report))
-                    rows.append(_row(report, ingest))
-                total = store.count()
-        for k, group in run_groups.items():
-            runner = importer_for(k).run
-            assert runner is not None
-            rows.extend(_row(report, None) for report in runner(group, db, options))
-    except LlmsloError as exc:
-        raise _fail(str(exc)) from None
-
     if as_json:
-        print(json.dumps({"files": rows, "store_rows": total}, indent=2))
+        print(json.dumps(result.to_dict(), indent=2))
         return
-    _print(rows, total, db)
-
+    _print(result, db)

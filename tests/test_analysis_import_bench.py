@@ -8,6 +8,7 @@ not real tool outputs (see the README there).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -28,7 +29,9 @@ from llmslo.analysis.importers import (
     UnknownKindError,
     convert_file,
     detect_kind,
+    import_files,
     importers,
+    recorded_imports,
 )
 from llmslo.analysis.importers._genai_perf import import_genai_perf
 from llmslo.analysis.importers._guidellm import import_guidellm
@@ -411,8 +414,14 @@ def test_the_import_command_reports_conversions_and_warns_without_arrivals(tmp_p
     row = json.loads(again.stdout)["files"][0]
     assert row["rows_inserted"] == 0 and row["rows_already_stored"] == 150  # request ids from file name + index
     with Store.open(db, read_only=True) as store:
-        meta = json.loads(store.meta("import:lepton_13b.json") or "{}")
-        assert meta["arrivals_available"] is False and meta["rows_read"] == 150
+        records = {Path(r["source"]).name: r for r in recorded_imports(store)}
+        assert store.meta("import:lepton_13b.json") is None  # provenance lives in its own table, not meta strings
+    assert set(records) == {"lepton_13b.json", "guidellm_benchmarks_old.json"}  # the re-import replaced its record
+    lepton_record = records["lepton_13b.json"]
+    assert lepton_record["arrivals_available"] is False and lepton_record["rows_read"] == 150
+    assert lepton_record["rows_inserted"] == 0 and lepton_record["rows_already_stored"] == 150
+    assert lepton_record["content_sha256"] == hashlib.sha256(lepton.read_bytes()).hexdigest()
+    assert records["guidellm_benchmarks_old.json"]["arrivals_available"] is True
 
 
 def test_the_import_command_rejects_unknown_kinds_and_missing_files(tmp_path: Path) -> None:
@@ -421,3 +430,37 @@ def test_the_import_command_rejects_unknown_kinds_and_missing_files(tmp_path: Pa
     missing = _run_import("auto", str(tmp_path / "nope.json"), "--db", str(tmp_path / "s.db"))
     assert missing.exit_code == 2 and "no such file" in missing.stderr
     assert not (tmp_path / "s.db").exists()
+
+
+def test_import_files_records_provenance_that_the_report_turns_into_caveats(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    no_arrivals = tmp_path / "run_individual_responses.json"
+    no_arrivals.write_text(json.dumps([
+        {"error_code": None, "error_msg": "", "ttft_s": 0.2, "end_to_end_latency_s": 1.0,
+         "inter_token_latency_s": 0.05, "number_input_tokens": 10, "number_output_tokens": 20},
+    ] * 3))
+    result = import_files([no_arrivals, FIXTURES / "guidellm_benchmarks_old.json"], "auto", db)
+    assert [f.report.kind for f in result.files] == ["llmperf", "guidellm"]
+    assert result.store_rows == sum(f.ingest.rows_inserted for f in result.files if f.ingest)
+    with Store.open(db, read_only=True) as store:
+        caveats = build_report(store.con, ReportSpec(GoodputPolicy())).caveats
+    assert any("LLMPerf" in c and "guidellm" in c for c in caveats), caveats
+    assert any("1 imported file(s) carry no arrival times (run_individual_responses.json)" in c for c in caveats)
+
+
+def test_a_store_from_before_the_imports_table_keeps_its_caveats(tmp_path: Path) -> None:
+    db = tmp_path / "old.duckdb"
+    with Store.open(db) as store:
+        store.set_meta("import:old_run.json", json.dumps({"tool": "LLMPerf individual responses",
+                                                           "arrivals_available": False}))
+        caveats = build_report(store.con, ReportSpec(GoodputPolicy())).caveats
+    assert any("(old_run.json)" in c for c in caveats), caveats
+
+
+def test_import_files_writes_nothing_when_a_later_file_is_malformed(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    bad = tmp_path / "broken.json"
+    bad.write_text('{"benchmarks": [{"requests": {"successful": [{"start_time": "soon"}]}}], "generative": 1}')
+    with pytest.raises(ImportFormatError):
+        import_files([FIXTURES / "guidellm_benchmarks_old.json", bad], "guidellm", db)
+    assert not db.exists()

@@ -46,18 +46,23 @@ from llmslo.analysis.importers._types import (
     ImportReport,
     UnknownKindError,
 )
+from llmslo.analysis.importers._workflow import FileImport, ImportResult, import_files, recorded_imports
 
 __all__ = [
     "BUILTIN_IMPORTERS",
+    "FileImport",
     "ImportFormatError",
     "ImportOptions",
     "ImportReport",
+    "ImportResult",
     "Importer",
     "UnknownKindError",
     "convert_file",
     "detect_kind",
+    "import_files",
     "importer_for",
     "importers",
+    "recorded_imports",
     "register_importer",
     "schedule_path",
 ]

@@ -11,6 +11,7 @@ import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -43,7 +44,7 @@ from llmslo.analysis.report._sql import (
     finite,
 )
 from llmslo.analysis.report._survival import quantile_label
-from llmslo.analysis.store import META_TABLE
+from llmslo.analysis.store import IMPORTS_TABLE, META_TABLE
 from llmslo.telemetry import FINISH_REASONS, SCHEMA_VERSION, ConfigurationError
 
 GROUP_COLUMNS: tuple[str, ...] = ("model", "version", "tenant_class", "finish_reason")
@@ -158,12 +159,22 @@ def _distribution(row: dict[str, Any] | None, alias: str, bounds: Sequence[float
 
 
 def _import_caveats(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """What imported rows cannot support: recorded by ``llmslo import`` in the store's metadata."""
-    rows = con.sql(f"SELECT key, value FROM {META_TABLE} WHERE key LIKE 'import:%' ORDER BY key").fetchall()
-    out: list[str] = []
-    no_arrivals: list[str] = []
+    """What imported rows cannot support, from the provenance that ``llmslo import`` recorded.
+
+    Read from :data:`~llmslo.analysis.store.IMPORTS_TABLE`; a store written before that table existed
+    kept the same facts as JSON under ``import:<file name>`` keys of its metadata table, read as well.
+    """
+    tables = {r[0] for r in con.sql("SELECT table_name FROM duckdb_tables()").fetchall()}
     tools: set[str] = set()
-    for key, value in rows:
+    no_arrivals: list[str] = []
+    if IMPORTS_TABLE in tables:
+        for tool, source, arrivals in con.sql(
+            f"SELECT tool, source, arrivals_available FROM {IMPORTS_TABLE} ORDER BY source"
+        ).fetchall():
+            tools.add(str(tool))
+            if not arrivals:
+                no_arrivals.append(Path(str(source)).name)
+    for key, value in con.sql(f"SELECT key, value FROM {META_TABLE} WHERE key LIKE 'import:%' ORDER BY key").fetchall():
         try:
             meta = json.loads(value)
         except json.JSONDecodeError:
@@ -171,6 +182,7 @@ def _import_caveats(con: duckdb.DuckDBPyConnection) -> list[str]:
         tools.add(str(meta.get("tool", "?")))
         if meta.get("arrivals_available") is False:
             no_arrivals.append(str(key).removeprefix("import:"))
+    out: list[str] = []
     if tools:
         out.append(
             f"rows imported from {', '.join(sorted(tools))} hold the tool's client-side times in ttft_s/e2e_s "

@@ -6,13 +6,22 @@ duckdb and pyarrow only (no polars, numpy or scipy; :func:`polars_schema` import
 
 from __future__ import annotations
 
-from llmslo.analysis.store._schema import META_TABLE, SUMMARY_TABLE, arrow_schema, polars_schema, summary_ddl
+from llmslo.analysis.store._schema import (
+    IMPORTS_TABLE,
+    META_TABLE,
+    SUMMARY_TABLE,
+    arrow_schema,
+    imports_ddl,
+    polars_schema,
+    summary_ddl,
+)
 from llmslo.analysis.store._sink_writers import DuckDBSummaryWriter, ParquetSummaryWriter, summary_table
 from llmslo.analysis.store._store import IngestReport, Store, StoreError, StoreVersionError, open_store
 from llmslo.analysis.store._validation import InvalidInputError, RowError
 
 __all__ = [
     "DuckDBSummaryWriter",
+    "IMPORTS_TABLE",
     "IngestReport",
     "InvalidInputError",
     "META_TABLE",
@@ -23,6 +32,7 @@ __all__ = [
     "StoreError",
     "StoreVersionError",
     "arrow_schema",
+    "imports_ddl",
     "open_store",
     "polars_schema",
     "summary_ddl",

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
 SUMMARY_TABLE = "request_summaries"
 META_TABLE = "llmslo_meta"
+IMPORTS_TABLE = "llmslo_imports"
+"""One row per imported file (``llmslo import``): where it came from and what its rows can support."""
 
 _DUCKDB_TYPES = {"str": "VARCHAR", "float": "DOUBLE", "int": "BIGINT", "float_list": "DOUBLE[]"}
 _ARROW_TYPES = {
@@ -61,3 +63,31 @@ def polars_schema() -> pl.Schema:
         "float_list": pl.List(pl.Float64()),
     }
     return pl.Schema({c.name: types[c.kind] for c in COLUMNS})
+
+
+def imports_ddl(table: str = IMPORTS_TABLE) -> str:
+    """``CREATE TABLE`` statement of the import provenance table, keyed by the file's content hash.
+
+    ``content_sha256`` is the SHA-256 of the file's bytes (hex), so the same file imported again, under any
+    name, replaces its record; ``arrivals_available`` is false when the file records no request start times
+    (windows and per-second rates from its rows are meaningless); ``conversions`` are the sentences of the
+    import report; ``imported_unix_s`` is the wall-clock time of the import.
+    """
+    return (
+        f"CREATE TABLE IF NOT EXISTS {table} (\n"
+        "  content_sha256 VARCHAR PRIMARY KEY,\n"
+        "  source VARCHAR NOT NULL,\n"
+        "  kind VARCHAR NOT NULL,\n"
+        "  tool VARCHAR NOT NULL,\n"
+        "  rows_read BIGINT NOT NULL,\n"
+        "  rows_imported BIGINT NOT NULL,\n"
+        "  rows_inserted BIGINT NOT NULL,\n"
+        "  rows_already_stored BIGINT NOT NULL,\n"
+        "  arrivals_available BOOLEAN NOT NULL,\n"
+        "  arrival_note VARCHAR NOT NULL,\n"
+        "  conversions VARCHAR[] NOT NULL,\n"
+        "  missing_fields VARCHAR[] NOT NULL,\n"
+        "  finish_reasons MAP(VARCHAR, BIGINT) NOT NULL,\n"
+        "  imported_unix_s DOUBLE NOT NULL\n"
+        ")"
+    )
