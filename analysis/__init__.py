@@ -12,22 +12,14 @@
 
 The names below are re-exported from those subpackages and load on first use (PEP 562), so
 ``import llmslo.analysis`` costs almost nothing and ``llmslo.analysis.store`` stays the light door.
-Needs the ``analysis`` extra (``pip install 'llmslo[analysis]'``).
+Needs the ``analysis`` extra (``pip install 'llmslo[analysis]'``); each subpackage checks for what it
+imports (``store``: duckdb and pyarrow only) and says what to install.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import typing
-
-_NEEDED = ("duckdb", "polars", "pyarrow", "numpy", "scipy")
-for _name in _NEEDED:
-    if importlib.util.find_spec(_name) is None:  # pragma: no cover - exercised only without the extra
-        raise ModuleNotFoundError(
-            f"llmslo.analysis needs the 'analysis' extra ({_name} is missing): pip install 'llmslo[analysis]'",
-            name=_name,
-        )
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "anomaly": ("AnomalyConfig", "AnomalyReport", "TighteningConfig", "detect_anomalies", "failure_rate_slope",

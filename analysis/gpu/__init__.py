@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from llmslo.analysis._extra import require
+
+require("llmslo.analysis.gpu", "duckdb", "polars", "numpy", "scipy")
+
 from llmslo.analysis.gpu._correlate import (
     GPU_SIGNALS,
     REQUEST_TARGETS,

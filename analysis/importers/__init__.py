@@ -30,6 +30,10 @@ listed in one explicit registry table; :func:`import_files` is the whole workflo
 
 from __future__ import annotations
 
+from llmslo.analysis._extra import require
+
+require("llmslo.analysis.importers", "duckdb", "pyarrow", "polars")
+
 from llmslo.analysis.importers._registry import (
     BUILTIN_IMPORTERS,
     convert_file,

@@ -6,6 +6,10 @@
 
 from __future__ import annotations
 
+from llmslo.analysis._extra import require
+
+require("llmslo.analysis.report", "duckdb", "polars")
+
 from llmslo.analysis.report._model import (
     Accounting,
     Bucket,

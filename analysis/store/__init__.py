@@ -6,6 +6,10 @@ duckdb and pyarrow only (no polars, numpy or scipy; :func:`polars_schema` import
 
 from __future__ import annotations
 
+from llmslo.analysis._extra import require
+
+require("llmslo.analysis.store", "duckdb", "pyarrow")
+
 from llmslo.analysis.store._schema import (
     IMPORTS_TABLE,
     META_TABLE,

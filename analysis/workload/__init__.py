@@ -7,6 +7,10 @@ replay; :func:`simulate_demo_workload` runs one through a simulated server for `
 
 from __future__ import annotations
 
+from llmslo.analysis._extra import require
+
+require("llmslo.analysis.workload", "polars", "numpy")
+
 from llmslo.analysis.workload._demo import ServerModel, simulate_demo_workload
 from llmslo.analysis.workload._traces import (
     MOONCAKE_BLOCK_TOKENS,
