@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _util import median, table
 
-from llmslo.analysis.anomaly._scan import AnomalyConfig, detect_in_arrays, scan_series
+from llmslo.analysis.anomaly import AnomalyConfig, detect_in_arrays, scan_series
 
 DAY_S = 86_400.0
 START = 1_700_006_400.0  # a multiple of 300 s

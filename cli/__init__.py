@@ -1,4 +1,9 @@
-"""The ``llmslo`` command line (needs the ``analysis`` extra)."""
+"""The ``llmslo`` command line (needs the ``analysis`` extra).
+
+Thin and lazy: the command modules import the analysis stack (duckdb, polars, pyarrow, scipy, numpy)
+inside the commands that use it, so ``llmslo --help``, ``llmslo --version`` and ``llmslo CMD --help``
+load none of it.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,11 @@ def main() -> None:
     """Entry point of the ``llmslo`` command."""
     try:
         from llmslo.cli._app import app
+
+        app()
     except ModuleNotFoundError as exc:  # an extra is missing: say which, not a traceback
+        if exc.name is None or exc.name.split(".")[0] == "llmslo":
+            raise  # a module of llmslo itself: a bug, not a missing extra
         import sys
 
         sys.stderr.write(
@@ -17,4 +26,3 @@ def main() -> None:
             "Install it with: pip install 'llmslo[analysis]'\n"
         )
         raise SystemExit(2) from None
-    app()

@@ -6,28 +6,22 @@ import dataclasses
 import datetime as dt
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
-from llmslo.analysis import Store
-from llmslo.analysis.anomaly._scan import (
-    ANOMALY_METRICS,
-    AnomalyConfig,
-    AnomalyReport,
-    TighteningSignal,
-    detect_anomalies,
-    detect_tightening,
-)
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import duration as _duration
 from llmslo.cli._common import fail as _fail
+from llmslo.cli._help import ANOMALY_METRICS
 from llmslo.telemetry import LlmsloError
 
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from llmslo.analysis.anomaly import AnomalyReport, TighteningSignal
+
 __all__ = ["anomalies_command"]
-
-
 
 
 def _baseline(text: str) -> dict[str, object]:
@@ -56,6 +50,8 @@ def _ms(x: float) -> str:
 
 
 def _table(report: AnomalyReport) -> Table:
+    from rich.table import Table
+
     t = Table(title="Latency distribution changes (UTC)", title_justify="left")
     for col in ("series", "from", "to", "windows", "statistic", "p (BH)", "n / baseline", "p50 before→after",
                 "p50", "p99 before→after", "p99"):
@@ -69,6 +65,8 @@ def _table(report: AnomalyReport) -> Table:
 
 
 def _tightening_table(signals: dict[str, list[TighteningSignal]]) -> Table:
+    from rich.table import Table
+
     t = Table(title="Composite tightening rule: windows where the signals agree (UTC)", title_justify="left")
     for col in ("series", "from", "to", "p99 rise", "failure slope /s", "outcome entropy", "agree"):
         t.add_column(col, justify="left" if col in ("series", "from", "to") else "right")
@@ -108,6 +106,9 @@ def anomalies_command(
     --consecutive flagged windows in a row. Every finding prints its statistic, p-value, sample sizes
     and quantiles before and after.
     """
+    from llmslo.analysis.anomaly import AnomalyConfig, detect_anomalies, detect_tightening
+    from llmslo.analysis.store import Store
+
     try:
         cfg = AnomalyConfig(window_s=_duration("window", window),
                             step_s=_duration("step", step) if step is not None else None,

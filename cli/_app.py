@@ -7,25 +7,11 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from llmslo import __version__
-from llmslo.analysis import (
-    DEFAULT_TPOT_S,
-    DEFAULT_TTFT_S,
-    GROUP_COLUMNS,
-    GoodputPolicy,
-    IngestReport,
-    InvalidInputError,
-    ReportSpec,
-    Store,
-    StoreError,
-    build_report,
-)
 from llmslo.cli._anomalies import anomalies_command
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import duration as _duration
@@ -33,13 +19,20 @@ from llmslo.cli._common import err
 from llmslo.cli._common import fail as _fail
 from llmslo.cli._common import threshold as _threshold
 from llmslo.cli._gpu import gpu_app
+from llmslo.cli._help import GROUP_COLUMNS
 from llmslo.cli._import import import_command
-from llmslo.cli._render import render_report, report_csv
 from llmslo.cli._rules import rules_app
 from llmslo.cli._scrape import scrape_command
 from llmslo.cli._telemetry import stream_sim_command
 from llmslo.cli._traces import trace_command
-from llmslo.telemetry import COLUMNS, FINISH_REASONS, LlmsloError
+from llmslo.telemetry import COLUMNS, DEFAULT_TPOT_S, DEFAULT_TTFT_S, FINISH_REASONS, LlmsloError
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from llmslo.analysis.report import GoodputPolicy, ReportSpec
+    from llmslo.analysis.store import IngestReport
 
 app = typer.Typer(
     name="llmslo",
@@ -52,7 +45,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode="markdown",
+    rich_markup_mode=None,
 )
 
 
@@ -64,7 +57,7 @@ class _LazyProgress:
     """A progress bar that shows itself only after ``PROGRESS_DELAY_S`` and only on a terminal."""
 
     def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled and err.is_terminal
+        self.enabled = enabled and err().is_terminal
         self.start = time.monotonic()
         self.bar: Progress | None = None
         self.task: Any = None
@@ -75,9 +68,11 @@ class _LazyProgress:
         if self.bar is None:
             if time.monotonic() - self.start < PROGRESS_DELAY_S:
                 return
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
             self.bar = Progress(TextColumn("{task.description}"), BarColumn(),
                                 TextColumn("{task.completed:,}/{task.total:,} rows"), TimeElapsedColumn(),
-                                console=err, transient=True)
+                                console=err(), transient=True)
             self.bar.start()
             self.task = self.bar.add_task(stage, total=total)
         self.bar.update(self.task, description=stage, completed=done, total=total)
@@ -89,6 +84,8 @@ class _LazyProgress:
 
 def _policy(ttft: str | None, tpot: str | None, e2e: str | None, window: str | None,
             success: str, one_token_fails: bool) -> GoodputPolicy:
+    from llmslo.analysis.report import GoodputPolicy
+
     win = _duration("window", window) if window is not None else None
     try:
         return GoodputPolicy(
@@ -108,6 +105,8 @@ def _by(text: str | None) -> tuple[str, ...]:
 
 
 def _ingest_table(reports: list[IngestReport]) -> Table:
+    from rich.table import Table
+
     t = Table(title="Ingest", title_justify="left")
     for col in ("file", "read", "inserted", "already stored", "rejected", "rejected rows written to"):
         t.add_column(col, justify="left" if col in ("file", "rejected rows written to") else "right")
@@ -171,6 +170,8 @@ def ingest(
     duplicate request_id. One invalid row and nothing is loaded (unless --skip-invalid). Rows whose
     request_id is already stored are skipped, so re-ingesting a file adds nothing.
     """
+    from llmslo.analysis.store import InvalidInputError, Store
+
     progress = _LazyProgress(not (no_progress or as_json))
     try:
         with Store.open(db) as store:
@@ -189,7 +190,7 @@ def ingest(
     out.print(_ingest_table(reports))
     out.print(f"store {db}: {total:,} request summaries")
     if any(r.rows_rejected for r in reports):
-        err.print("[yellow]some rows were rejected; see the .rejected.jsonl files for the reasons[/yellow]")
+        err().print("[yellow]some rows were rejected; see the .rejected.jsonl files for the reasons[/yellow]")
 
 
 ingest.__doc__ = (ingest.__doc__ or "") + f"\n\nColumns: {_COLUMNS_HELP}."
@@ -198,6 +199,10 @@ ingest.__doc__ = (ingest.__doc__ or "") + f"\n\nColumns: {_COLUMNS_HELP}."
 def _print_report(db: Path, spec: ReportSpec, as_json: bool, as_csv: bool) -> None:
     if as_json and as_csv:
         raise _fail("choose one of --json and --csv", 2)
+    from llmslo.analysis.report import build_report
+    from llmslo.analysis.store import Store
+    from llmslo.cli._render import render_report, report_csv
+
     try:
         with Store.open(db, read_only=True) as store:
             report = build_report(store.con, spec)
@@ -233,6 +238,8 @@ def report(
 
     Examples: llmslo report --db s.duckdb --ttft 2s --tpot 100ms --by model,version --window 5m
     """
+    from llmslo.analysis.report import ReportSpec
+
     try:
         spec = ReportSpec(_policy(ttft, tpot, e2e, window, success, one_token_fails), by=_by(by))
     except LlmsloError as exc:
@@ -272,7 +279,9 @@ def demo(
     burst the queue fills (429s) and waiting clients give up before their first token; TTFT over
     successful requests then looks healthy while the censoring-aware view shows the truth.
     """
-    from llmslo.analysis.workload._demo import simulate_demo_workload
+    from llmslo.analysis.report import ReportSpec
+    from llmslo.analysis.store import Store, StoreError
+    from llmslo.analysis.workload import simulate_demo_workload
 
     trace = trace or _default_trace()
     if trace is not None and not trace.is_file():
@@ -287,7 +296,7 @@ def demo(
             raise _fail(f"{db} exists and is not a demo store; pass another --db", 2)
         db.unlink()
         Path(str(db) + ".wal").unlink(missing_ok=True)
-    say = err if as_json else _console()
+    say = err() if as_json else _console()
     source = f"arrivals and lengths from {trace}" if trace else "synthetic arrivals: no trace found"
     say.print(f"simulating the workload ({source})")
     frame = simulate_demo_workload(trace, seed=seed)

@@ -2,28 +2,41 @@
 
 from __future__ import annotations
 
+import functools
+from typing import TYPE_CHECKING
+
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from llmslo.telemetry import parse_duration
 
-err = Console(stderr=True)
-"""Standard error: progress, warnings, errors."""
+if TYPE_CHECKING:
+    from rich.console import Console
 
 PIPE_WIDTH = 200
 """Columns used for tables when standard output is not a terminal (pipes, CI logs)."""
 
 
+@functools.cache
+def err() -> Console:
+    """Standard error: progress, warnings, errors (made on first use: rich is not loaded for ``--help``)."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
 def console() -> Console:
     """Standard output; wide enough for the tables when it is not a terminal."""
+    from rich.console import Console
+
     out = Console()
     return out if out.is_terminal else Console(width=PIPE_WIDTH)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print ``error: message`` on standard error and return the exit to raise (1: data, 2: usage)."""
-    err.print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False, soft_wrap=True)
+    from rich.markup import escape
+
+    err().print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

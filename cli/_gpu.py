@@ -7,18 +7,14 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
-import polars as pl
 import typer
-from rich.table import Table
 
-from llmslo.analysis import Store
-from llmslo.analysis.gpu._correlate import aligned_frame, correlate, lagged_correlation
-from llmslo.analysis.gpu._samples import GPU_COLUMNS, GPU_IMPORT_KINDS, import_gpu_file, store_gpu_samples
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import duration as _common_duration
 from llmslo.cli._common import err as _err
 from llmslo.cli._common import fail as _fail
-from llmslo.telemetry import GpuSampler, LlmsloError
+from llmslo.cli._help import GPU_IMPORT_KINDS
+from llmslo.telemetry import LlmsloError
 
 __all__ = ["gpu_app"]
 
@@ -37,6 +33,12 @@ def sample(
 
     Needs the 'gpu' extra (nvidia-ml-py) and an NVIDIA driver; without them it says why and exits 1.
     """
+    import polars as pl
+
+    from llmslo.analysis.gpu import store_gpu_samples
+    from llmslo.analysis.store import Store
+    from llmslo.telemetry import GpuSampler
+
     interval_s = _common_duration("interval", interval)
     until = time.monotonic() + _common_duration("duration", duration) if duration else None
     pending: list[dict[str, Any]] = []
@@ -49,7 +51,7 @@ def sample(
     try:
         if not sampler.start():
             raise _fail(f"no GPU samples: {sampler.unavailable_reason}")
-        _err.print(f"sampling every {interval_s:g} s into {db} (Ctrl-C to stop)")
+        _err().print(f"sampling every {interval_s:g} s into {db} (Ctrl-C to stop)")
         while until is None or time.monotonic() < until:
             time.sleep(min(1.0, interval_s))
             batch, pending[:] = list(pending), []
@@ -62,10 +64,14 @@ def sample(
         if pending:
             written += store_gpu_samples(store.con, pl.DataFrame(pending, schema=_schema(), orient="row"))
         store.close()
-    _err.print(f"{written} GPU samples written to {db}")
+    _err().print(f"{written} GPU samples written to {db}")
 
 
 def _schema() -> dict[str, Any]:
+    import polars as pl
+
+    from llmslo.analysis.gpu import GPU_COLUMNS
+
     types = {"DOUBLE NOT NULL": pl.Float64, "DOUBLE": pl.Float64, "VARCHAR NOT NULL": pl.String, "BIGINT": pl.Int64}
     return {c: types[t] for c, t in GPU_COLUMNS.items()}
 
@@ -81,6 +87,9 @@ def import_(
         "--interval", help="dmon without a time column: time between its samples.")] = "1s",
 ) -> None:
     """Import nvidia-smi --query-gpu CSV, nvidia-smi dmon output or a vLLM engine time series."""
+    from llmslo.analysis.gpu import import_gpu_file
+    from llmslo.analysis.store import Store
+
     if not file.is_file():
         raise _fail(f"no such file {file}", 2)
     try:
@@ -104,6 +113,11 @@ def correlate_command(
     Pearson and Spearman over time buckets, and for each signal the lag (seconds) at which it best
     matches each target, which says which moves first. Correlation is not causation.
     """
+    from rich.table import Table
+
+    from llmslo.analysis.gpu import aligned_frame, correlate, lagged_correlation
+    from llmslo.analysis.store import Store
+
     b = _common_duration("bucket", bucket)
     lag_s = _common_duration("max-lag", max_lag)
     try:

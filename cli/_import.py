@@ -7,8 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import err as _err
@@ -19,6 +17,9 @@ if TYPE_CHECKING:
 
 
 def _print(result: ImportResult, db: Path) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
     rows = [f.to_dict() for f in result.files]
     total = result.store_rows
     out = _console()
@@ -45,7 +46,7 @@ def _print(result: ImportResult, db: Path) -> None:
                       "(see the conversions)[/yellow]", highlight=False)
     no_arrivals = [r["source"] for r in rows if not r["arrivals_available"]]
     if no_arrivals:
-        _err.print(
+        _err().print(
             "[yellow]warning:[/yellow] " + escape(
                 f"no request start times in {', '.join(no_arrivals)}: `llmslo report` windows, per-second rates "
                 "(request and token goodput per second) and in-flight counts from these rows are meaningless; "

@@ -5,25 +5,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-import yaml
-from rich.table import Table
 
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import fail as _fail
-from llmslo.rules import (
-    Model,
-    PromtoolError,
-    SpecError,
-    build_model,
-    check_rules,
-    explain,
-    load_spec,
-    render,
-    run_rule_tests,
-)
+
+if TYPE_CHECKING:
+    from llmslo.rules import Model
 
 rules_app = typer.Typer(
     name="rules",
@@ -36,11 +26,13 @@ rules_app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode="markdown",
+    rich_markup_mode=None,
 )
 
 
 def _model(spec: Path) -> Model:
+    from llmslo.rules import SpecError, build_model, load_spec
+
     try:
         return build_model(load_spec(spec))
     except SpecError as exc:
@@ -64,6 +56,8 @@ def generate(
 
     The output is byte-deterministic: the same spec and llmslo version give the same files.
     """
+    from llmslo.rules import render
+
     model = _model(spec)
     tests_name = tests.name if tests is not None else "rules_test.yml"
     rule_file = os.path.relpath(output.resolve(), (tests or output).resolve().parent)
@@ -89,6 +83,8 @@ def generate(
 
 
 def _kind(path: Path) -> str:
+    import yaml
+
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -110,6 +106,8 @@ def check(
 
     Needs promtool (Debian/Ubuntu: apt-get install prometheus).
     """
+    from llmslo.rules import PromtoolError, check_rules, run_rule_tests
+
     kinds = {path: _kind(path) for path in files}
     rule_files = [p for p, k in kinds.items() if k == "rules"]
     test_files = [p for p, k in kinds.items() if k == "tests"]
@@ -137,6 +135,10 @@ def explain_command(
 ) -> None:
     """Each alert of SPEC: windows, burn rate, time to detect a total outage, budget spent when it fires,
     time to reset after recovery; then the absent-data and operational alerts."""
+    from rich.table import Table
+
+    from llmslo.rules import explain
+
     result = explain(_model(spec))
     if as_json:
         print(json.dumps(result.as_dict(), indent=2, ensure_ascii=False))

@@ -5,28 +5,27 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from llmslo.analysis import DEFAULT_TPOT_S, DEFAULT_TTFT_S
-from llmslo.analysis.scrape._scrape import (
-    Finding,
-    HistogramReport,
-    Labels,
-    RateReport,
-    ScrapeAnalysis,
-    ScrapeFormatError,
-    SloAttainment,
-    analyze_scrape,
-    compare_scrapes,
-    read_scrape,
-)
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import fail as _fail
 from llmslo.cli._common import threshold as _threshold
+from llmslo.telemetry import DEFAULT_TPOT_S, DEFAULT_TTFT_S
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from llmslo.analysis.scrape import (
+        Finding,
+        HistogramReport,
+        Labels,
+        RateReport,
+        ScrapeAnalysis,
+        SloAttainment,
+    )
 
 __all__ = ["scrape_command"]
 
@@ -55,6 +54,8 @@ def _seconds(x: float | None) -> str:
 
 
 def _histogram_table(title: str, reports: tuple[HistogramReport, ...]) -> Table:
+    from rich.table import Table
+
     t = Table(title=title, title_justify="left")
     t.add_column("metric", no_wrap=True)
     t.add_column("labels", overflow="fold", max_width=36)
@@ -105,6 +106,8 @@ def _print_definitions(out: Console, reports: tuple[HistogramReport, ...]) -> No
 
 
 def _print_single(out: Console, a: ScrapeAnalysis) -> None:
+    from rich.table import Table
+
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(a.family_types.items()))
     servers = ", ".join(a.servers) or "none recognised"
     out.print(f"[bold]{a.source}[/bold] ({a.format}; families: {kinds}; servers: {servers}; "
@@ -130,6 +133,8 @@ def _print_single(out: Console, a: ScrapeAnalysis) -> None:
 
 
 def _print_rates(out: Console, r: RateReport) -> None:
+    from rich.table import Table
+
     out.print(f"[bold]{r.before} → {r.after}[/bold]: {r.interval_s:g} s apart ({r.interval_basis})",
               highlight=False, soft_wrap=True)
     if r.counters:
@@ -188,6 +193,8 @@ def scrape_command(
 
     Example: llmslo scrape metrics.txt --ttft 2s
     """
+    from llmslo.analysis.scrape import ScrapeFormatError, analyze_scrape, compare_scrapes, read_scrape
+
     slo = {
         name: value
         for name, value in (("ttft_s", _threshold("ttft", ttft, DEFAULT_TTFT_S)),

@@ -6,10 +6,8 @@ import json
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from llmslo.telemetry import LlmsloError, simulate_stream
+from llmslo.telemetry import LlmsloError
 
 
 def _ints(text: str) -> list[int]:
@@ -38,6 +36,11 @@ def stream_sim_command(
     below capacity, else the tick is paused. Reports sent, generated, unsent (backpressure waste), paused
     ticks and the deepest queue.
     """
+    from rich.console import Console
+    from rich.table import Table
+
+    from llmslo.telemetry import simulate_stream
+
     drains = _ints(drain)
     try:
         result = simulate_stream(tokens, drains, capacity, deadline)

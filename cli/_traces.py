@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from llmslo.analysis import format_duration
-from llmslo.analysis.workload import TRACE_KINDS, TRACE_NOTE, TraceFormatError, TraceSummary, read_trace
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import duration as _duration
 from llmslo.cli._common import fail as _fail
+from llmslo.cli._help import TRACE_KINDS
+from llmslo.telemetry import format_duration
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from llmslo.analysis.workload import TraceSummary
 
 __all__ = ["trace_command"]
 
@@ -35,6 +38,10 @@ def _sparkline(counts: list[int]) -> str:
 
 
 def _print_summary(out: Console, s: TraceSummary, written: Path | None) -> None:
+    from rich.table import Table
+
+    from llmslo.analysis.workload import TRACE_NOTE
+
     out.print(f"[bold]{s.source}[/bold] ({s.kind}): {TRACE_NOTE}", highlight=False, soft_wrap=True)
     t = Table(title="Arrivals", title_justify="left", show_header=False)
     t.add_column("what")
@@ -98,8 +105,11 @@ def trace_command(
 
     Example: llmslo trace azure AzureLLMInferenceTrace_conv.csv --out schedule.parquet
     """
-    if kind not in (*TRACE_KINDS, "auto"):
-        raise _fail(f"unknown trace kind {kind!r}: expected one of {', '.join(TRACE_KINDS)} or auto", 2)
+    from llmslo.analysis.workload import TRACE_KINDS as KINDS
+    from llmslo.analysis.workload import TraceFormatError, read_trace
+
+    if kind not in (*KINDS, "auto"):
+        raise _fail(f"unknown trace kind {kind!r}: expected one of {', '.join(KINDS)} or auto", 2)
     bucket_s = _duration("bucket", bucket)
     if out is not None and out.suffix.lower() not in _WRITERS:
         raise _fail(f"--out: write a {' or '.join(_WRITERS)} file, not {out.name!r}", 2)

@@ -10,8 +10,7 @@ import pytest
 from scipy import stats
 
 from llmslo.analysis import Store
-from llmslo.analysis.anomaly._ks import KSTWO_MAX_N, ks_pvalue, ks_statistic_sorted, ks_statistics_against
-from llmslo.analysis.anomaly._scan import (
+from llmslo.analysis.anomaly import (
     AnomalyConfig,
     TighteningConfig,
     benjamini_hochberg,
@@ -23,6 +22,7 @@ from llmslo.analysis.anomaly._scan import (
     scan_series,
     tightening_signals,
 )
+from llmslo.analysis.anomaly._ks import KSTWO_MAX_N, ks_pvalue, ks_statistic_sorted, ks_statistics_against
 from llmslo.telemetry import ConfigurationError
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "real_data"

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
-from llmslo.analysis.scrape._scrape import (
+from llmslo.analysis.scrape import (
     KNOWN_METRICS,
     Finding,
     ScrapeFormatError,

@@ -84,6 +84,35 @@ def test_help_teaches_the_columns_and_durations() -> None:
     assert "250ms" in rep.stdout or "500ms" in rep.stdout
 
 
+def test_help_texts_show_the_values_the_commands_accept() -> None:
+    """``llmslo.cli._help`` copies constants of the heavy analysis subpackages (so ``--help`` loads none of
+    them); each copy must equal its source."""
+    from llmslo.analysis.anomaly import ANOMALY_METRICS
+    from llmslo.analysis.gpu import GPU_IMPORT_KINDS
+    from llmslo.analysis.report import GROUP_COLUMNS
+    from llmslo.analysis.workload import TRACE_KINDS
+    from llmslo.cli import _help
+
+    assert GROUP_COLUMNS == _help.GROUP_COLUMNS
+    assert tuple(ANOMALY_METRICS) == _help.ANOMALY_METRICS
+    assert GPU_IMPORT_KINDS == _help.GPU_IMPORT_KINDS
+    assert TRACE_KINDS == _help.TRACE_KINDS
+
+
+def test_without_the_analysis_stack_help_works_and_commands_give_the_install_hint(tmp_path: Path) -> None:
+    def without_duckdb(*args: str) -> subprocess.CompletedProcess[str]:
+        code = (f"import sys\nsys.modules['duckdb'] = None  # as if not installed\nsys.argv = ['llmslo', *{args!r}]\n"
+                "from llmslo.cli import main\nmain()")
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+    helped = without_duckdb("report", "--help")
+    assert helped.returncode == 0 and "--ttft" in helped.stdout, helped.stderr
+    ran = without_duckdb("report", "--db", str(tmp_path / "s.duckdb"))
+    assert ran.returncode == 2, ran.stderr
+    assert "duckdb is not installed" in ran.stderr and "pip install 'llmslo[analysis]'" in ran.stderr
+    assert "Traceback" not in ran.stderr
+
+
 @pytest.mark.integration
 def test_demo_shows_survivor_bias_on_the_real_trace(tmp_path: Path) -> None:
     if not REAL_TRACE.is_file():

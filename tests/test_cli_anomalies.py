@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from llmslo.analysis import Store, polars_schema
-from llmslo.analysis.anomaly._scan import AnomalyConfig, detect_tightening
+from llmslo.analysis.anomaly import AnomalyConfig, detect_tightening
 
 T0 = 1_700_000_100.0  # a multiple of 300 s
 

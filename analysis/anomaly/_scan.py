@@ -1,4 +1,4 @@
-"""Latency anomalies: distribution change against a baseline, rolling z-scores, failure slope, outcome mix.
+"""Distribution change of latency against a baseline: windowed two-sample tests, effect-size gates, FDR, run rule.
 
 Distribution change (:func:`scan_series`, :func:`detect_anomalies`): the latencies of requests that
 arrived in a sliding window (default 300 s, step = window) are compared with a baseline sample by a
@@ -15,11 +15,6 @@ when every gate holds:
 and a :class:`Finding` is reported once ``consecutive`` windows in a row are flagged (one finding per run).
 Every threshold lives in :class:`AnomalyConfig`; docs/anomalies.md gives the defaults and their reasons.
 
-Other signals: :func:`rolling_zscore` (trailing window ≥ 60 s), :func:`failure_rate_slope` (least squares
-over the points inside its window, failures/s per s), :func:`outcome_entropy` (normalised Shannon entropy
-of finish reasons) and the composite tightening rule :func:`tightening_signals`, which fires only when the
-p99 rise, the failure slope and the entropy agree.
-
 Times are Unix seconds (``arrival_unix_s``); latencies are seconds.
 """
 
@@ -34,34 +29,28 @@ from typing import Any, Literal
 import duckdb
 import numpy as np
 import numpy.typing as npt
-import polars as pl
 from scipy import stats
 
 from llmslo.analysis.anomaly._ks import ks_pvalue, ks_statistic_and_positions, ks_statistic_sorted
 from llmslo.analysis.store import SUMMARY_TABLE
-from llmslo.telemetry import FINISH_REASONS, TPOT_SQL, ConfigurationError
+from llmslo.telemetry import TPOT_SQL, ConfigurationError
 
 FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
 
 __all__ = [
     "ANOMALY_METRICS",
     "AnomalyConfig",
     "AnomalyReport",
     "Finding",
-    "TighteningConfig",
-    "TighteningSignal",
+    "FloatArray",
+    "SERIES_GROUPS",
     "WindowTest",
     "benjamini_hochberg",
     "detect_anomalies",
     "detect_in_arrays",
-    "detect_tightening",
-    "failure_rate_slope",
     "findings_of",
-    "outcome_entropy",
-    "rolling_zscore",
+    "ensure",
     "scan_series",
-    "tightening_signals",
 ]
 
 ANOMALY_METRICS: dict[str, str] = {
@@ -77,10 +66,11 @@ BaselineKind = Literal["preceding", "reference", "week"]
 TestKind = Literal["ks", "anderson", "mannwhitney"]
 _TESTS: tuple[str, ...] = ("ks", "anderson", "mannwhitney")
 _BASELINES: tuple[str, ...] = ("preceding", "reference", "week")
-_SERIES_GROUPS: tuple[str, ...] = ("model", "version", "tenant_class")
+SERIES_GROUPS: tuple[str, ...] = ("model", "version", "tenant_class")
 
 
-def _cfg(ok: bool, message: str) -> None:
+def ensure(ok: bool, message: str) -> None:
+    """Raise :class:`ConfigurationError` with ``message`` unless ``ok``."""
     if not ok:
         raise ConfigurationError(message)
 
@@ -113,21 +103,21 @@ class AnomalyConfig:
     consecutive: int = 2
 
     def __post_init__(self) -> None:
-        _cfg(self.window_s > 0 and math.isfinite(self.window_s), f"window_s must be > 0 s, got {self.window_s}")
-        _cfg(self.step_s is None or (0 < self.step_s <= self.window_s),
-             f"step_s must be in (0, window_s={self.window_s}], got {self.step_s}")
-        _cfg(self.baseline in _BASELINES, f"baseline must be one of {', '.join(_BASELINES)}, got {self.baseline!r}")
-        _cfg(self.test in _TESTS, f"test must be one of {', '.join(_TESTS)}, got {self.test!r}")
-        _cfg(0 < self.alpha < 1, f"alpha must be in (0, 1), got {self.alpha}")
-        _cfg(self.baseline_windows >= 1, f"baseline_windows must be >= 1, got {self.baseline_windows}")
-        _cfg(self.min_samples >= 2, f"min_samples must be >= 2, got {self.min_samples}")
-        _cfg(self.consecutive >= 1, f"consecutive must be >= 1, got {self.consecutive}")
+        ensure(self.window_s > 0 and math.isfinite(self.window_s), f"window_s must be > 0 s, got {self.window_s}")
+        ensure(self.step_s is None or (0 < self.step_s <= self.window_s),
+                f"step_s must be in (0, window_s={self.window_s}], got {self.step_s}")
+        ensure(self.baseline in _BASELINES, f"baseline must be one of {', '.join(_BASELINES)}, got {self.baseline!r}")
+        ensure(self.test in _TESTS, f"test must be one of {', '.join(_TESTS)}, got {self.test!r}")
+        ensure(0 < self.alpha < 1, f"alpha must be in (0, 1), got {self.alpha}")
+        ensure(self.baseline_windows >= 1, f"baseline_windows must be >= 1, got {self.baseline_windows}")
+        ensure(self.min_samples >= 2, f"min_samples must be >= 2, got {self.min_samples}")
+        ensure(self.consecutive >= 1, f"consecutive must be >= 1, got {self.consecutive}")
         for name in ("min_p50_change", "min_p99_change", "min_abs_change_s"):
-            _cfg(getattr(self, name) >= 0, f"{name} must be >= 0, got {getattr(self, name)}")
+            ensure(getattr(self, name) >= 0, f"{name} must be >= 0, got {getattr(self, name)}")
         if self.baseline == "reference":
             lo, hi = self.reference_start_unix_s, self.reference_end_unix_s
-            _cfg(lo is not None and hi is not None and lo < hi,
-                 "baseline 'reference' needs reference_start_unix_s < reference_end_unix_s")
+            ensure(lo is not None and hi is not None and lo < hi,
+                    "baseline 'reference' needs reference_start_unix_s < reference_end_unix_s")
 
     @property
     def step(self) -> float:
@@ -487,9 +477,9 @@ def detect_anomalies(
     """
     cfg = config or AnomalyConfig()
     for m in metrics:
-        _cfg(m in ANOMALY_METRICS, f"unknown metric {m!r}; choose from {', '.join(ANOMALY_METRICS)}")
+        ensure(m in ANOMALY_METRICS, f"unknown metric {m!r}; choose from {', '.join(ANOMALY_METRICS)}")
     for b in by:
-        _cfg(b in _SERIES_GROUPS, f"cannot group by {b!r}; choose from {', '.join(_SERIES_GROUPS)}")
+        ensure(b in SERIES_GROUPS, f"cannot group by {b!r}; choose from {', '.join(SERIES_GROUPS)}")
     keys = ", ".join(by)
     series: dict[str, tuple[FloatArray, FloatArray]] = {}
     groups: dict[str, dict[str, str]] = {}
@@ -509,188 +499,3 @@ def detect_anomalies(
             groups[name] = group
             names[name] = metric
     return _detect(series, cfg, names, groups)
-
-
-# ---- other signals ---------------------------------------------------------------------------------------
-
-
-MIN_ZSCORE_WINDOW_S = 60.0
-
-
-def rolling_zscore(times_unix_s: FloatArray, values_s: FloatArray, window_s: float = 60.0) -> FloatArray:
-    """Each latency's z-score against the mean and standard deviation of the latencies that arrived in the
-    ``window_s`` seconds before it (trailing, the sample itself excluded). NaN with fewer than two earlier
-    samples in the window or a zero deviation. ``times_unix_s`` must be ascending.
-
-    Raises :class:`ConfigurationError` when ``window_s`` < 60 s (shorter windows chase noise).
-    """
-    _cfg(window_s >= MIN_ZSCORE_WINDOW_S, f"z-score window must be >= {MIN_ZSCORE_WINDOW_S:g} s, got {window_s}")
-    t = np.asarray(times_unix_s, dtype=np.float64)
-    x = np.asarray(values_s, dtype=np.float64)
-    lo = np.searchsorted(t, t - window_s, side="left")
-    hi = np.arange(len(t))
-    c1 = np.concatenate([[0.0], np.cumsum(x)])
-    shift = float(np.mean(x)) if len(x) else 0.0  # centre before squaring: fewer cancellation errors
-    c2 = np.concatenate([[0.0], np.cumsum((x - shift) ** 2)])
-    n = (hi - lo).astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = (c1[hi] - c1[lo]) / n
-        m2 = (c2[hi] - c2[lo]) / n - (mean - shift) ** 2
-        sd = np.sqrt(np.maximum(m2 * n / (n - 1), 0.0))
-        z = (x - mean) / sd
-    z[(n < 2) | ~(sd > 0)] = np.nan
-    out: FloatArray = np.asarray(z, dtype=np.float64)
-    return out
-
-
-def failure_rate_slope(
-    times_unix_s: FloatArray,
-    failed: BoolArray,
-    *,
-    window_s: float = 30.0,
-    bucket_s: float = 1.0,
-    start_unix_s: float | None = None,
-    end_unix_s: float | None = None,
-) -> tuple[FloatArray, FloatArray]:
-    """Least-squares slope of the failure rate (failures per second, in ``bucket_s`` buckets by arrival),
-    over the buckets inside each trailing ``window_s`` window. Returns ``(bucket_end_unix_s, slope)`` with
-    the slope in failures/s per second; NaN until a window holds at least three buckets.
-    """
-    _cfg(window_s >= 3 * bucket_s, f"window_s must hold at least three buckets of {bucket_s} s, got {window_s}")
-    t = np.asarray(times_unix_s, dtype=np.float64)
-    f = np.asarray(failed, dtype=bool)
-    if len(t) == 0:
-        return np.empty(0), np.empty(0)
-    t0 = math.floor((float(np.min(t)) if start_unix_s is None else start_unix_s) / bucket_s) * bucket_s
-    t1 = float(np.max(t)) if end_unix_s is None else end_unix_s
-    nb = max(1, math.ceil((t1 - t0) / bucket_s + 1e-12))
-    idx = np.clip(((t[f] - t0) // bucket_s).astype(np.int64), 0, nb - 1)
-    rate = np.bincount(idx, minlength=nb).astype(np.float64) / bucket_s
-    k = round(window_s / bucket_s)
-    ends = t0 + bucket_s * (np.arange(nb) + 1)
-    slope = np.full(nb, np.nan)
-    if nb >= k:
-        centred = (np.arange(k) - (k - 1) / 2.0) * bucket_s
-        # Sum over a window of (t_i - t̄) * rate_i: a correlation with a fixed kernel.
-        num = np.correlate(rate, centred, mode="valid")
-        slope[k - 1:] = num / float(np.sum(centred**2))
-    return np.asarray(ends, dtype=np.float64), slope
-
-
-def outcome_entropy(finish_reasons: Sequence[str]) -> float:
-    """Normalised Shannon entropy of a mix of finish reasons: 0 when one reason accounts for every request,
-    1 when all seven of the closed set are equally frequent (divided by ln 7). NaN for an empty mix."""
-    if len(finish_reasons) == 0:
-        return math.nan
-    _, counts = np.unique(np.asarray(finish_reasons, dtype=object).astype(str), return_counts=True)
-    p = counts / counts.sum()
-    return float(-np.sum(p * np.log(p)) / math.log(len(FINISH_REASONS)))
-
-
-@dataclass(frozen=True)
-class TighteningConfig:
-    """The composite tightening rule: fire only when at least ``min_agree`` signals hold in a window.
-
-    ``p99_rise``: relative rise of the window's p99 over the baseline's (0.3 = +30%); ``failure_slope``:
-    failures/s per second, the largest slope of any ``slope_window_s`` window ending inside the window;
-    ``entropy``: normalised outcome-mix entropy of the window. Raises :class:`ConfigurationError`.
-    """
-
-    p99_rise: float = 0.30
-    failure_slope: float = 0.8
-    entropy: float = 0.45
-    slope_window_s: float = 30.0
-    min_agree: int = 3
-    success_reasons: tuple[str, ...] = ("stop", "length")
-
-    def __post_init__(self) -> None:
-        _cfg(self.p99_rise > 0, f"p99_rise must be > 0, got {self.p99_rise}")
-        _cfg(0 <= self.entropy <= 1, f"entropy must be in [0, 1], got {self.entropy}")
-        _cfg(1 <= self.min_agree <= 3, f"min_agree must be 1, 2 or 3, got {self.min_agree}")
-        _cfg(self.slope_window_s >= 3, f"slope_window_s must be >= 3 s, got {self.slope_window_s}")
-
-
-@dataclass(frozen=True)
-class TighteningSignal:
-    """The composite rule evaluated on one window: each signal, whether it holds, and the verdict."""
-
-    start_unix_s: float
-    end_unix_s: float
-    p99_rise: float | None
-    failure_slope: float | None
-    entropy: float | None
-    agree: int
-    fire: bool
-
-
-def tightening_signals(
-    arrival_unix_s: FloatArray,
-    latency_s: FloatArray,
-    finish_reasons: Sequence[str],
-    config: TighteningConfig | None = None,
-    anomaly: AnomalyConfig | None = None,
-) -> list[TighteningSignal]:
-    """Evaluate the composite rule on each window of ``anomaly`` (its window, step and baseline).
-
-    ``latency_s`` may hold NaN for requests without the latency (e.g. no first token): they count in the
-    outcome mix and the failure rate, not in the p99.
-    """
-    tc = config or TighteningConfig()
-    ac = anomaly or AnomalyConfig()
-    t = np.asarray(arrival_unix_s, dtype=np.float64)
-    order = np.argsort(t, kind="stable")
-    t = t[order]
-    x = np.asarray(latency_s, dtype=np.float64)[order]
-    reasons = np.asarray(finish_reasons, dtype=object)[order].astype(str)
-    failed = ~np.isin(reasons, tc.success_reasons)
-    windows = scan_series(t, x, ac, series="tightening")
-    if not windows:
-        return []
-    ends, slope = failure_rate_slope(t, failed, window_s=tc.slope_window_s,
-                                     start_unix_s=windows[0].start_unix_s, end_unix_s=windows[-1].end_unix_s)
-    out: list[TighteningSignal] = []
-    for w in windows:
-        rise = w.p99_change
-        inside = (ends > w.start_unix_s + tc.slope_window_s - 1e-9) & (ends <= w.end_unix_s + 1e-9)
-        s = slope[inside]
-        s = s[np.isfinite(s)]
-        max_slope = float(np.max(s)) if len(s) else None
-        lo, hi = np.searchsorted(t, [w.start_unix_s, w.end_unix_s], side="left")
-        ent = outcome_entropy(list(reasons[lo:hi])) if hi > lo else None
-        agree = int(rise is not None and rise >= tc.p99_rise) + int(
-            max_slope is not None and max_slope > tc.failure_slope) + int(ent is not None and ent > tc.entropy)
-        out.append(TighteningSignal(w.start_unix_s, w.end_unix_s, rise, max_slope, ent, agree,
-                                    agree >= tc.min_agree))
-    return out
-
-
-def detect_tightening(
-    con: duckdb.DuckDBPyConnection,
-    config: TighteningConfig | None = None,
-    anomaly: AnomalyConfig | None = None,
-    *,
-    metric: str = "ttft",
-    by: Sequence[str] = ("model",),
-) -> dict[str, list[TighteningSignal]]:
-    """Evaluate the composite tightening rule on the stored summaries, one series per group of ``by``.
-
-    Every request counts in the outcome mix and the failure rate; only those with the metric defined
-    (e.g. a first token for ``ttft``) count in the p99. Windows, step and baseline come from ``anomaly``.
-    Raises :class:`ConfigurationError` for an unknown metric or grouping column.
-    """
-    _cfg(metric in ANOMALY_METRICS, f"unknown metric {metric!r}; choose from {', '.join(ANOMALY_METRICS)}")
-    for b in by:
-        _cfg(b in _SERIES_GROUPS, f"cannot group by {b!r}; choose from {', '.join(_SERIES_GROUPS)}")
-    sel = f"{', '.join(by)}, " if by else ""
-    frame = con.sql(
-        f"SELECT {sel}arrival_unix_s AS t, ({ANOMALY_METRICS[metric]}) AS x, finish_reason AS r "
-        f"FROM {SUMMARY_TABLE} ORDER BY {sel}arrival_unix_s"
-    ).pl()
-    parts = frame.partition_by(list(by), as_dict=True, maintain_order=True) if by else {(): frame}
-    out: dict[str, list[TighteningSignal]] = {}
-    for key, part in parts.items():
-        name = metric + "".join(f" {k}={v}" for k, v in zip(by, key, strict=True))
-        x = part["x"].cast(pl.Float64).fill_null(float("nan")).to_numpy()
-        out[name] = tightening_signals(part["t"].to_numpy().astype(np.float64), x.astype(np.float64),
-                                       part["r"].to_list(), config, anomaly)
-    return out
