@@ -1,21 +1,47 @@
-"""Ingest throughput: llmslo ``Store`` (validation included) vs a bare DuckDB ``INSERT ... SELECT *``.
+"""Ingest speed: llmslo ingest against plain DuckDB loads, and ingest into a large store against an empty one.
 
-Four methods, run side by side in every repeat (their order rotates), each into a fresh on-disk file:
+Three comparisons, each measured side by side in the same run (ours and its baseline alternate within
+every repeat, their order swapping from one repeat to the next); a ratio is the median of the per-repeat
+ratios ours/baseline; times are medians in seconds.
 
-* ``Store.ingest_frame(arrow_table)`` (stage, validate every rule, insert in one transaction) vs the bare
-  baseline ``INSERT INTO request_summaries SELECT * FROM <registered arrow table>`` into a file with the
-  same DDL (``summary_ddl()``), no validation;
-* ``Store.ingest_files([parquet])`` vs the bare ``INSERT INTO request_summaries SELECT * FROM
-  read_parquet(...)``;
-* for reference, the same bare Arrow insert into an in-memory database, without a CHECKPOINT (no file,
-  no compression): what is left of the on-disk cost once DuckDB's compressed writes are taken out.
+1. **Parquet file, fresh store.** ``--cli-rows`` rows (default 10,000,000) in one Parquet file, loaded
+   into a fresh on-disk DuckDB file:
 
-Timed: the ingest call plus a ``CHECKPOINT`` (the data is on disk at the end), for both sides. Not
-timed: creating the file and the table (``Store.open`` / ``connect`` + DDL), generating the data and
-writing the Parquet file (once, row groups of 122,880 rows, snappy). Figures are medians over the
-repeats; the ratio is the median of the per-repeat ratios ours/bare (same repeat, side by side).
-A breakdown of the llmslo time (stage / validate / insert / checkpoint) is taken by wrapping the
-``Store`` methods in this process. Targets: >= 1,000,000 rows/s and <= 2x bare.
+   * as processes: ``python -m llmslo.cli ingest FILE --db DB`` against ``python -c`` running
+     ``CREATE TABLE request_summaries AS SELECT * FROM read_parquet(FILE)`` + ``CHECKPOINT``. Timed: the
+     whole process, start to exit (so interpreter start and imports are on both sides); the CLI's
+     ``CHECKPOINT`` is the one DuckDB runs when the store is closed (checked: no ``.wal`` is left);
+   * in this process: ``Store.ingest_files([FILE])`` + ``CHECKPOINT`` against the same ``CREATE TABLE
+     ... AS SELECT`` + ``CHECKPOINT``; opening the file is not timed.
+
+   Target: ours <= 1.5x the baseline, for both.
+
+2. **New rows into a large store.** ``--new-rows`` rows (default 1,000,000) in a Parquet file, loaded
+   with ``Store.ingest_files`` + ``CHECKPOINT`` into a store that already holds ``--stored-rows`` rows
+   (default 30,000,000), against the same file into an empty store. The large store is built once
+   through ``Store.ingest_frame`` (1M-row batches of :func:`synthetic_summaries`, not timed), settled
+   with one more small write and ``CHECKPOINT`` (DuckDB's block upkeep from the build, see
+   ``_build_store``), and **copied** (``shutil.copy`` then ``fsync``, not timed) to a fresh file before
+   every timed run, so each run starts from the same store and its commit does not pay for writing the
+   copy back. Two kinds of ids, each with its own large store:
+
+   * ``sequential``: the ids of :func:`synthetic_summaries`, ``req-<seed>-<index>``; the stored batches
+     use seeds 1, 2, ... (one per 1M rows), the new rows seed 0, so no new id is stored (every run
+     checks that none was found stored);
+   * ``random``: the same rows with ``request_id`` replaced by ``md5(request_id)`` (32 hex digits, like
+     a UUID: no order, so no id range can rule out any stored batch).
+
+   Target: ours into the large store <= 1.15x ours into the empty store.
+
+3. **Throughput (kept from the earlier benchmark).** ``--rows`` rows (default 1,000,000) from an Arrow
+   table and from Parquet into a fresh on-disk store, ``Store`` (validated) against a bare ``INSERT INTO
+   request_summaries SELECT * FROM ...`` into a file with the same DDL; ingest call + ``CHECKPOINT``.
+   Targets: >= 1,000,000 rows/s and <= 2x bare.
+
+Not timed anywhere: generating the data, writing the Parquet files (row groups of 122,880 rows, snappy),
+building and copying the large stores. A breakdown of the in-process llmslo time (stage / ids scan /
+stored-id lookup / insert / checkpoint) is taken by wrapping ``Store`` methods in this process.
+Everything is written under one temporary folder (``--tmp``), removed at the end.
 """
 
 from __future__ import annotations
@@ -23,8 +49,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import wraps
 from pathlib import Path
 from typing import Any
@@ -35,20 +66,33 @@ import pyarrow.parquet as pq
 
 from llmslo.analysis import Store, summary_ddl
 from llmslo.analysis.store._schema import SUMMARY_TABLE
-from llmslo.bench._data import synthetic_summaries
+from llmslo.bench._data import synthetic_batches, synthetic_summaries
 from llmslo.bench._util import median, remove_db, spread, table, temp_dir
 
+TARGET_CLI_RATIO = 1.5
+TARGET_STORE_RATIO = 1.15
 TARGET_ROWS_PER_S = 1_000_000
 TARGET_RATIO = 2.0
 PARQUET_ROW_GROUP = 122_880
+BATCH_ROWS = 1_000_000
+
+CTAS_SCRIPT = (
+    "import sys, duckdb\n"
+    "con = duckdb.connect(sys.argv[2])\n"
+    "lit = \"'\" + sys.argv[1].replace(\"'\", \"''\") + \"'\"\n"
+    f"con.execute(f'CREATE TABLE {SUMMARY_TABLE} AS SELECT * FROM read_parquet({{lit}})')\n"
+    "con.execute('CHECKPOINT')\n"
+    "con.close()\n"
+)
+"""The baseline process of comparison 1: ``python -c CTAS_SCRIPT FILE DB``."""
 
 _PHASES: dict[str, float] = {}
-_WRAPPED = {"_stage_frame": "stage", "_stage_file": "stage", "_is_clean": "validate",
-            "_find_errors": "validate", "_insert": "insert"}
+_WRAPPED = {"_stage_frame": "stage", "_stage_file": "stage", "_ids_distinct": "ids", "_validate": "validate",
+            "_sync_id_index": "sync", "_stored_among": "lookup", "_insert": "insert"}
 
 
 def _install_phase_timers() -> None:
-    """Accumulate the time spent in the main ``Store`` steps into ``_PHASES`` (this process only)."""
+    """Accumulate the time spent in the main ``Store`` steps into ``_PHASES`` (seconds, this process only)."""
     for method, phase in _WRAPPED.items():
         original = getattr(Store, method)
         if getattr(original, "__bench_wrapped__", False):
@@ -69,38 +113,164 @@ def _install_phase_timers() -> None:
         setattr(Store, method, make(original, phase))
 
 
-def _ours(
-    db: Path, n: int, *, frame: pa.Table | None = None, parquet: Path | None = None
-) -> dict[str, float]:
+def _phases(total_s: float, checkpoint_s: float) -> dict[str, float]:
+    """The phases of the last ``Store`` call, seconds; ``insert`` excludes the lookup it contains."""
+    out = {k: _PHASES.get(k, 0.0) for k in ("stage", "ids", "validate", "sync", "lookup")}
+    out["insert"] = _PHASES.get("insert", 0.0) - out["lookup"]
+    out["checkpoint"] = checkpoint_s
+    out["other"] = total_s - checkpoint_s - sum(v for k, v in _PHASES.items() if k != "lookup")
+    return out
+
+
+@contextmanager
+def _temp_dir(parent: Path | None) -> Iterator[Path]:
+    """A fresh folder (under ``parent``, else the system's temporary folder), removed with its files at the end."""
+    if parent is None:
+        with temp_dir() as path:
+            yield path
+        return
+    parent.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix="llmslo-bench-", dir=parent))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _lit(path: Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def _write_parquet(path: Path, rows: int, seed: int, *, random_ids: bool = False) -> None:
+    """``rows`` synthetic summaries as one Parquet file, written 1M rows at a time."""
+    writer: pq.ParquetWriter | None = None
+    try:
+        for n, s in synthetic_batches(rows, BATCH_ROWS, seed):
+            batch = _random_ids(synthetic_summaries(n, s)) if random_ids else synthetic_summaries(n, s)
+            if writer is None:
+                writer = pq.ParquetWriter(path, batch.schema)
+            writer.write_table(batch, row_group_size=PARQUET_ROW_GROUP)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def _random_ids(t: pa.Table) -> pa.Table:
+    """``t`` with each ``request_id`` replaced by its md5 (32 hex digits; distinct ids stay distinct)."""
+    con = duckdb.connect()
+    try:
+        con.register("t", t)
+        ids = con.sql("SELECT md5(request_id) AS request_id FROM t").to_arrow_table()["request_id"]
+    finally:
+        con.close()
+    i = t.schema.get_field_index("request_id")
+    return t.set_column(i, t.schema.field(i), ids.cast(pa.string()))
+
+
+def _check_count(db: Path, n: int) -> None:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        count = con.sql(f"SELECT count(*) FROM {SUMMARY_TABLE}").fetchall()[0][0]
+    finally:
+        con.close()
+    assert count == n, f"{db}: {count} rows, expected {n}"
+
+
+# ---- 1. a Parquet file into a fresh store ----------------------------------------------------------
+
+
+def _cli_ours(parquet: Path, db: Path, n: int) -> dict[str, float]:
+    remove_db(db)
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "llmslo.cli", "ingest", str(parquet), "--db", str(db)],
+                          capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    assert proc.returncode == 0, proc.stderr
+    assert not db.with_name(db.name + ".wal").exists(), "the CLI left a WAL: not checkpointed"
+    _check_count(db, n)
+    remove_db(db)
+    return {"seconds": seconds}
+
+
+def _cli_ctas(parquet: Path, db: Path, n: int) -> dict[str, float]:
+    remove_db(db)
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", CTAS_SCRIPT, str(parquet), str(db)], capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    assert proc.returncode == 0, proc.stderr
+    _check_count(db, n)
+    remove_db(db)
+    return {"seconds": seconds}
+
+
+def _store_ingest(db: Path, n: int, *, parquet: Path | None = None, frame: pa.Table | None = None,
+                  copy_of: Path | None = None) -> dict[str, float]:
+    """``Store.ingest_*`` + CHECKPOINT into ``db`` (a copy of ``copy_of``, else a fresh store), seconds."""
+    remove_db(db)
+    if copy_of is not None:
+        shutil.copy(copy_of, db)
+        with db.open("rb+") as fh:  # the copy on disk now: its write-back is not charged to the timed commit
+            os.fsync(fh.fileno())
     store = Store.open(db)
     try:
+        before = store.count()
         _PHASES.clear()
         t0 = time.perf_counter()
-        if frame is not None:
-            reports = [store.ingest_frame(frame)]
-        else:
-            assert parquet is not None
-            reports = store.ingest_files([parquet])
+        reports = store.ingest_files([parquet]) if parquet is not None else [store.ingest_frame(frame)]
         t1 = time.perf_counter()
         store.con.execute("CHECKPOINT")
         t2 = time.perf_counter()
         inserted = sum(r.rows_inserted for r in reports)
-        assert inserted == n, f"inserted {inserted} of {n} rows"
-        assert store.count() == n
+        assert inserted == n and sum(r.rows_already_stored for r in reports) == 0, reports
+        assert store.count() == before + n
     finally:
         store.close()
         remove_db(db)
-    out = {"seconds": t2 - t0, "checkpoint": t2 - t1}
-    out.update({k: _PHASES.get(k, 0.0) for k in ("stage", "validate", "insert")})
-    out["other"] = (t1 - t0) - sum(_PHASES.values())
-    return out
+    return {"seconds": t2 - t0, **_phases(t2 - t0, t2 - t1)}
 
 
-def _bare(
-    db: Path | None, n: int, *, frame: pa.Table | None = None, parquet: Path | None = None
-) -> dict[str, float]:
-    """The bare insert into a file (or, with ``db=None``, into an in-memory database: no compression)."""
-    con = duckdb.connect(str(db) if db is not None else ":memory:")
+def _ctas(parquet: Path, db: Path, n: int) -> dict[str, float]:
+    remove_db(db)
+    con = duckdb.connect(str(db))
+    try:
+        t0 = time.perf_counter()
+        con.execute(f"CREATE TABLE {SUMMARY_TABLE} AS SELECT * FROM read_parquet({_lit(parquet)})")
+        con.execute("CHECKPOINT")
+        seconds = time.perf_counter() - t0
+        assert con.sql(f"SELECT count(*) FROM {SUMMARY_TABLE}").fetchall()[0][0] == n
+    finally:
+        con.close()
+        remove_db(db)
+    return {"seconds": seconds}
+
+
+# ---- 2. new rows into a large store ----------------------------------------------------------------
+
+
+def _build_store(db: Path, rows: int, *, random_ids: bool) -> float:
+    """A store of ``rows`` summaries (seeds 1, 2, ...) built through ``Store.ingest_frame``; seconds taken."""
+    t0 = time.perf_counter()
+    with Store.open(db) as store:
+        for n, seed in synthetic_batches(rows, BATCH_ROWS, seed=1):
+            batch = synthetic_summaries(n, seed)
+            report = store.ingest_frame(_random_ids(batch) if random_ids else batch, source=f"seed {seed}")
+            assert report.rows_inserted == n, report
+        store.con.execute("CHECKPOINT")
+        # Settle the file: DuckDB does the block upkeep left by a session of appends at the next
+        # checkpoint that has something to write (measured: 1.2 s on the 30M random-id store, whose
+        # 32-character ids leave ~2,000 free blocks; 0.006 s once settled). Without this every timed
+        # run on a fresh copy would pay it, into the CHECKPOINT that ends the timed ingest.
+        store.set_meta("bench_built_unix_s", str(time.time()))
+        store.con.execute("CHECKPOINT")
+    return time.perf_counter() - t0
+
+
+# ---- 3. throughput against a bare insert -----------------------------------------------------------
+
+
+def _bare(db: Path, n: int, *, frame: pa.Table | None = None, parquet: Path | None = None) -> dict[str, float]:
+    remove_db(db)
+    con = duckdb.connect(str(db))
     try:
         con.execute(summary_ddl())
         t0 = time.perf_counter()
@@ -109,65 +279,109 @@ def _bare(
             con.execute(f"INSERT INTO {SUMMARY_TABLE} SELECT * FROM bench_src")
         else:
             assert parquet is not None
-            lit = "'" + str(parquet).replace("'", "''") + "'"
-            con.execute(f"INSERT INTO {SUMMARY_TABLE} SELECT * FROM read_parquet({lit})")
-        t1 = time.perf_counter()
-        if db is not None:  # an in-memory CHECKPOINT compresses in memory: not part of the reference
-            con.execute("CHECKPOINT")
-        t2 = time.perf_counter()
-        count = con.sql(f"SELECT count(*) FROM {SUMMARY_TABLE}").fetchall()[0][0]
-        assert count == n, f"bare inserted {count} of {n} rows"
+            con.execute(f"INSERT INTO {SUMMARY_TABLE} SELECT * FROM read_parquet({_lit(parquet)})")
+        con.execute("CHECKPOINT")
+        seconds = time.perf_counter() - t0
+        assert con.sql(f"SELECT count(*) FROM {SUMMARY_TABLE}").fetchall()[0][0] == n
     finally:
         con.close()
-        if db is not None:
-            remove_db(db)
-    return {"seconds": t2 - t0, "checkpoint": t2 - t1, "insert": t1 - t0}
+        remove_db(db)
+    return {"seconds": seconds}
 
 
-def run(rows: int, repeat: int, warmup: int, seed: int) -> dict[str, Any]:
+# ---- the run ---------------------------------------------------------------------------------------
+
+Method = Callable[[], dict[str, float]]
+
+
+def _paired(pairs: dict[str, tuple[Method, Method]], repeat: int, warmup: int,
+            log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+    """Run every (ours, baseline) pair ``warmup + repeat`` times, side by side; the figures of each pair."""
+    samples: dict[str, tuple[list[dict[str, float]], list[dict[str, float]]]] = {k: ([], []) for k in pairs}
+    for r in range(warmup + repeat):
+        for name, (ours, base) in pairs.items():
+            first, second = (ours, base) if r % 2 == 0 else (base, ours)
+            a, b = first(), second()
+            o, s = (a, b) if r % 2 == 0 else (b, a)
+            tag = "warm-up" if r < warmup else f"repeat {r - warmup + 1}/{repeat}"
+            log(f"  {name} {tag}: ours {o['seconds']:.2f} s, baseline {s['seconds']:.2f} s, "
+                f"ratio {o['seconds'] / s['seconds']:.2f}")
+            if r >= warmup:
+                samples[name][0].append(o)
+                samples[name][1].append(s)
+    out: dict[str, dict[str, Any]] = {}
+    for name, (ours_s, base_s) in samples.items():
+        o_secs = [s["seconds"] for s in ours_s]
+        b_secs = [s["seconds"] for s in base_s]
+        ratios = [o / b for o, b in zip(o_secs, b_secs, strict=True)]
+        phase_keys = [k for k in ours_s[0] if k != "seconds"]
+        out[name] = {
+            "ours_s": o_secs, "baseline_s": b_secs, "ratios": ratios,
+            "ours_median_s": median(o_secs), "baseline_median_s": median(b_secs), "ratio": median(ratios),
+            "phases_median_s": {k: median([s[k] for s in ours_s]) for k in phase_keys},
+        }
+    return out
+
+
+def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
     _install_phase_timers()
-    with temp_dir() as tmp:
-        data = synthetic_summaries(rows, seed)
-        parquet = tmp / "summaries.parquet"
-        pq.write_table(data, parquet, row_group_size=PARQUET_ROW_GROUP)
-        methods: dict[str, Callable[[Path], dict[str, float]]] = {
-            "arrow/llmslo": lambda db: _ours(db, rows, frame=data),
-            "arrow/bare": lambda db: _bare(db, rows, frame=data),
-            "arrow/bare-memory": lambda db: _bare(None, rows, frame=data),
-            "parquet/llmslo": lambda db: _ours(db, rows, parquet=parquet),
-            "parquet/bare": lambda db: _bare(db, rows, parquet=parquet),
-        }
-        names = list(methods)
-        samples: dict[str, list[dict[str, float]]] = {k: [] for k in names}
-        for r in range(warmup + repeat):
-            order = names[r % len(names):] + names[: r % len(names)]
-            for name in order:
-                result = methods[name](tmp / f"{name.replace('/', '_')}.duckdb")
-                if r >= warmup:
-                    samples[name].append(result)
-        parquet_mb = parquet.stat().st_size / 2**20
+    sections = set(args.sections.split(","))
+    tmp_parent = Path(args.tmp) if args.tmp else None
     figures: dict[str, Any] = {
-        "rows": rows, "repeat": repeat, "warmup": warmup, "seed": seed, "threads": _threads(),
-        "loadavg_1m": os.getloadavg()[0],
-        "parquet_mib": round(parquet_mb, 1), "arrow_mib": round(data.nbytes / 2**20, 1), "methods": {},
+        "repeat": args.repeat, "warmup": args.warmup, "threads": _threads(), "cpus": os.cpu_count(),
+        "loadavg_1m_start": os.getloadavg()[0], "results": {}, "targets": {},
     }
-    for name in names:
-        secs = [s["seconds"] for s in samples[name]]
-        entry: dict[str, Any] = {
-            "median_s": median(secs), "min_s": min(secs), "max_s": max(secs), "seconds": secs,
-            "rows_per_s": rows / median(secs),
-            "phases_median_s": {k: median([s[k] for s in samples[name]]) for k in samples[name][0]
-                                if k != "seconds"},
-        }
-        figures["methods"][name] = entry
-    for source in ("arrow", "parquet"):
-        ours, bare = samples[f"{source}/llmslo"], samples[f"{source}/bare"]
-        ratios = [o["seconds"] / b["seconds"] for o, b in zip(ours, bare, strict=True)]
-        m = figures["methods"][f"{source}/llmslo"]
-        m["ratio_vs_bare"] = median(ratios)
-        m["ratios"] = ratios
-        m["meets_rows_per_s"] = m["rows_per_s"] >= TARGET_ROWS_PER_S
-        m["meets_ratio"] = m["ratio_vs_bare"] <= TARGET_RATIO
+    with _temp_dir(tmp_parent) as tmp:
+        free_gb = shutil.disk_usage(tmp).free / 2**30
+        figures["disk_free_gib_start"] = round(free_gb, 1)
+        pairs: dict[str, tuple[Method, Method]] = {}
+        if "parquet" in sections:
+            n = args.cli_rows
+            big = tmp / "cli.parquet"
+            log(f"writing {n:,} rows to {big.name} ...")
+            _write_parquet(big, n, seed=100)
+            figures["cli_parquet_mib"] = round(big.stat().st_size / 2**20, 1)
+            pairs["cli"] = (lambda: _cli_ours(big, tmp / "cli-ours.duckdb", n),
+                            lambda: _cli_ctas(big, tmp / "cli-ctas.duckdb", n))
+            pairs["inproc"] = (lambda: _store_ingest(tmp / "in-ours.duckdb", n, parquet=big),
+                               lambda: _ctas(big, tmp / "in-ctas.duckdb", n))
+            figures["targets"].update({"cli": TARGET_CLI_RATIO, "inproc": TARGET_CLI_RATIO})
+        if "store" in sections:
+            for kind in args.ids.split(","):
+                random_ids = kind == "random"
+                stored = tmp / f"stored-{kind}.duckdb"
+                log(f"building the {args.stored_rows:,}-row store ({kind} ids) ...")
+                figures[f"build_{kind}_s"] = _build_store(stored, args.stored_rows, random_ids=random_ids)
+                figures[f"stored_{kind}_mib"] = round(stored.stat().st_size / 2**20, 1)
+                new = tmp / f"new-{kind}.parquet"
+                _write_parquet(new, args.new_rows, seed=0, random_ids=random_ids)
+                name = f"store-{kind}"
+                pairs[name] = (
+                    lambda new=new, stored=stored: _store_ingest(tmp / "full.duckdb", args.new_rows, parquet=new,
+                                                                 copy_of=stored),
+                    lambda new=new: _store_ingest(tmp / "empty.duckdb", args.new_rows, parquet=new),
+                )
+                figures["targets"][name] = TARGET_STORE_RATIO
+        if "throughput" in sections:
+            rows = args.rows
+            data = synthetic_summaries(rows, args.seed)
+            small = tmp / "throughput.parquet"
+            pq.write_table(data, small, row_group_size=PARQUET_ROW_GROUP)
+            pairs["arrow"] = (lambda: _store_ingest(tmp / "t-ours.duckdb", rows, frame=data),
+                              lambda: _bare(tmp / "t-bare.duckdb", rows, frame=data))
+            pairs["parquet"] = (lambda: _store_ingest(tmp / "t-ours.duckdb", rows, parquet=small),
+                                lambda: _bare(tmp / "t-bare.duckdb", rows, parquet=small))
+            figures["targets"].update({"arrow": TARGET_RATIO, "parquet": TARGET_RATIO})
+        log(f"timing {', '.join(pairs)} ({args.warmup} warm-up + {args.repeat} repeats) ...")
+        figures["results"] = _paired(pairs, args.repeat, args.warmup, log)
+        figures["disk_free_gib_min"] = round(min(free_gb, shutil.disk_usage(tmp).free / 2**30), 1)
+    figures["loadavg_1m_end"] = os.getloadavg()[0]
+    figures["args"] = vars(args)
+    for name, res in figures["results"].items():
+        res["pass"] = res["ratio"] <= figures["targets"][name]
+        if name in ("arrow", "parquet"):
+            res["rows_per_s"] = args.rows / res["ours_median_s"]
+            res["pass"] = res["pass"] and res["rows_per_s"] >= TARGET_ROWS_PER_S
     return figures
 
 
@@ -176,56 +390,93 @@ def _threads() -> int:
 
 
 def render(f: dict[str, Any]) -> str:
+    a = f["args"]
     labels = {
-        "arrow/llmslo": "llmslo Store.ingest_frame (validated)",
-        "arrow/bare": "bare INSERT ... SELECT * FROM arrow",
-        "arrow/bare-memory": "  same into :memory:, no CHECKPOINT (reference)",
-        "parquet/llmslo": "llmslo Store.ingest_files (validated)",
-        "parquet/bare": "bare INSERT ... SELECT * FROM read_parquet",
+        "cli": (f"`llmslo ingest` {a['cli_rows']:,}-row Parquet, process",
+                "`python -c` CREATE TABLE AS SELECT * FROM read_parquet + CHECKPOINT"),
+        "inproc": (f"Store.ingest_files {a['cli_rows']:,}-row Parquet, in-process",
+                   "CREATE TABLE AS SELECT * FROM read_parquet + CHECKPOINT, in-process"),
+        "store-sequential": (f"{a['new_rows']:,} new rows into a {a['stored_rows']:,}-row store, sequential ids",
+                             "the same rows into an empty store"),
+        "store-random": (f"{a['new_rows']:,} new rows into a {a['stored_rows']:,}-row store, random (md5) ids",
+                         "the same rows into an empty store"),
+        "arrow": (f"Store.ingest_frame {a['rows']:,} rows (validated)", "bare INSERT ... SELECT * FROM arrow"),
+        "parquet": (f"Store.ingest_files {a['rows']:,} rows (validated)",
+                    "bare INSERT ... SELECT * FROM read_parquet"),
     }
     rows = []
-    for name, label in labels.items():
-        m = f["methods"][name]
-        ratio = m.get("ratio_vs_bare")
-        rows.append([name.split("/")[0], label, m["median_s"], spread(m["seconds"]), m["rows_per_s"],
-                     f"{ratio:.2f}x" if ratio is not None else ""])
-    head = (f"ingest {f['rows']:,} rows into a fresh on-disk store, {f['repeat']} repeats (+{f['warmup']} "
-            f"warm-up), DuckDB threads={f['threads']}, load avg {f['loadavg_1m']:.1f}; "
-            f"Arrow {f['arrow_mib']} MiB, "
-            f"Parquet {f['parquet_mib']} MiB\n"
-            "timed: ingest call + CHECKPOINT; median seconds, min..max, rows/s of the median, "
-            "median of paired ratios ours/bare")
-    out = [head, "", table(["source", "method", "median s", "min..max", "rows/s", "ours/bare"], rows), ""]
+    for name, res in f["results"].items():
+        ours, base = labels[name]
+        target = f"<= {f['targets'][name]:g}x"
+        if name in ("arrow", "parquet"):
+            target += f", >= {TARGET_ROWS_PER_S / 1e6:g}M rows/s ({res['rows_per_s'] / 1e6:.2f}M)"
+        verdict = "PASS" if res["pass"] else "MISS"
+        if name in ("arrow", "parquet"):
+            verdict = (f"{'PASS' if res['ratio'] <= f['targets'][name] else 'MISS'} ratio, "
+                       f"{'PASS' if res['rows_per_s'] >= TARGET_ROWS_PER_S else 'MISS'} rows/s")
+        rows.append([ours, res["ours_median_s"], base, res["baseline_median_s"], f"{res['ratio']:.2f}x",
+                     spread(res["ratios"]), target, verdict])
+    head = (f"{f['repeat']} paired repeats (+{f['warmup']} warm-up), DuckDB threads={f['threads']}, "
+            f"{f['cpus']} CPUs, load avg {f['loadavg_1m_start']:.1f} at start, {f['loadavg_1m_end']:.1f} at end; "
+            f"free disk {f['disk_free_gib_start']} GiB at start\n"
+            "median seconds; ratio = median of the per-repeat ratios ours/baseline (min..max of those ratios)")
+    extra = []
+    if "cli_parquet_mib" in f:
+        extra.append(f"Parquet file of comparison 1: {f['cli_parquet_mib']} MiB")
+    for kind in ("sequential", "random"):
+        if f"build_{kind}_s" in f:
+            extra.append(f"{kind}-id store: {f[f'stored_{kind}_mib']} MiB, built (not timed) in "
+                         f"{f[f'build_{kind}_s']:.0f} s, copied (shutil.copy + fsync) before every timed run")
+    out = [head, *extra, "",
+           table(["figure (ours)", "median s", "baseline", "median s", "ratio", "ratios", "target", "pass"], rows),
+           ""]
     phase_rows = []
-    for name in ("arrow/llmslo", "parquet/llmslo"):
-        p = f["methods"][name]["phases_median_s"]
-        phase_rows.append([name, p["stage"], p["validate"], p["insert"], p["checkpoint"], p["other"]])
-    for name in ("arrow/bare", "arrow/bare-memory", "parquet/bare"):
-        p = f["methods"][name]["phases_median_s"]
-        phase_rows.append([name, None, None, p["insert"], p["checkpoint"], None])
-    out += ["where the time goes (median seconds per phase):",
-            table(["method", "stage", "validate", "insert", "checkpoint", "other"], phase_rows), ""]
-    for source in ("arrow", "parquet"):
-        m = f["methods"][f"{source}/llmslo"]
-        out.append(
-            f"target {source}: {m['rows_per_s']:,.0f} rows/s (>= {TARGET_ROWS_PER_S:,}: "
-            f"{'PASS' if m['meets_rows_per_s'] else 'MISS'}), {m['ratio_vs_bare']:.2f}x bare "
-            f"(<= {TARGET_RATIO:g}x: {'PASS' if m['meets_ratio'] else 'MISS'})"
-        )
+    for name, res in f["results"].items():
+        p = res["phases_median_s"]
+        if "stage" in p:
+            phase_rows.append([name, res["ours_median_s"], p["stage"], p["ids"], p["sync"], p["lookup"],
+                               p["insert"], p["validate"], p["checkpoint"], p["other"]])
+    out += ["where the in-process llmslo time goes (median seconds per phase; ids = the scan of the input's ids "
+            "and the duplicate check, sync = checking the id side tables, lookup = finding the ids already "
+            "stored, insert = the chunked inserts with every row check, validate = the detailed validation "
+            "(0 when every row is valid), other = mostly the COMMIT):",
+            table(["figure", "total", "stage", "ids", "sync", "lookup", "insert", "validate", "checkpoint", "other"],
+                  phase_rows)]
     return "\n".join(out)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--rows", type=int, default=1_000_000, help="rows to ingest (default 1,000,000)")
-    parser.add_argument("--repeat", type=int, default=5, help="timed repeats of each method (default 5)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed runs of each method first (default 1)")
+    parser.add_argument("--cli-rows", type=int, default=10_000_000,
+                        help="rows of the Parquet file of comparison 1 (default 10,000,000)")
+    parser.add_argument("--stored-rows", type=int, default=30_000_000,
+                        help="rows already in the large store of comparison 2 (default 30,000,000)")
+    parser.add_argument("--new-rows", type=int, default=1_000_000,
+                        help="new rows ingested in comparison 2 (default 1,000,000)")
+    parser.add_argument("--ids", default="sequential,random",
+                        help="id kinds of comparison 2: sequential, random or both (default both)")
+    parser.add_argument("--rows", type=int, default=1_000_000, help="rows of comparison 3 (default 1,000,000)")
+    parser.add_argument("--sections", default="parquet,store,throughput",
+                        help="comparisons to run: parquet (1), store (2), throughput (3); default all")
+    parser.add_argument("--repeat", type=int, default=5, help="timed repeats of each pair (default 5)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs of each pair first (default 1)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tmp", default=None, help="folder for the temporary files (default: the system's)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = parser.parse_args()
-    if args.rows < 1 or args.repeat < 1 or args.warmup < 0:
-        parser.error("--rows and --repeat must be >= 1, --warmup >= 0")
-    figures = run(args.rows, args.repeat, args.warmup, args.seed)
+    if min(args.cli_rows, args.stored_rows, args.new_rows, args.rows, args.repeat) < 1 or args.warmup < 0:
+        parser.error("row counts and --repeat must be >= 1, --warmup >= 0")
+    if not set(args.ids.split(",")) <= {"sequential", "random"}:
+        parser.error("--ids: sequential, random or sequential,random")
+    if not set(args.sections.split(",")) <= {"parquet", "store", "throughput"}:
+        parser.error("--sections: a comma-separated list of parquet, store, throughput")
+
+    def log(line: str) -> None:
+        if not args.quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    figures = run(args, log)
     print(json.dumps(figures, indent=2) if args.json else render(figures))
 
 

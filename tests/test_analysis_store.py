@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,9 @@ from llmslo.analysis import (
     arrow_schema,
     polars_schema,
 )
+from llmslo.analysis.store import _store as store_module
 from llmslo.analysis.store._schema import META_TABLE, SUMMARY_TABLE
+from llmslo.analysis.store._store import ID_HASH_TABLE, ID_RANGE_TABLE
 from llmslo.telemetry import COLUMN_NAMES, COLUMNS
 from llmslo.tests._rows import BREAKERS, cancelled_row, ok_row, rejected_row
 
@@ -214,3 +217,181 @@ def test_a_foreign_duckdb_file_is_not_taken_over(tmp_path: Path) -> None:
     con.close()
     with pytest.raises(StoreError, match="not an llmslo store"):
         Store.open(path)
+
+
+# ---- ingest into a store that already holds rows: the stored ids are found once, exactly ----------
+
+
+def _ids(store: Store) -> list[str]:
+    return [r[0] for r in store.con.sql(f"SELECT request_id FROM {SUMMARY_TABLE} ORDER BY request_id").fetchall()]
+
+
+def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """``rows`` as a Parquet, CSV (no list column) or JSONL file, by the suffix of ``path``."""
+    if path.suffix == ".parquet":
+        _frame(rows).write_parquet(path)
+    elif path.suffix == ".csv":
+        _frame(rows).drop("itl_s").write_csv(path)
+    else:
+        _jsonl(path, rows)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv", ".jsonl"])
+def test_reingest_into_a_store_with_other_rows_counts_exactly_the_overlap(
+    tmp_path: Path, store: Store, suffix: str
+) -> None:
+    store.ingest_frame(_frame([ok_row(i) for i in range(100, 130)]), source="other")
+    day = _write(tmp_path / f"day{suffix}", [ok_row(i) for i in range(20)])
+    assert store.ingest_files([day])[0].rows_inserted == 20
+    grown = _write(tmp_path / f"grown{suffix}", [ok_row(i) for i in range(25)] + [ok_row(110)])
+    (report,) = store.ingest_files([grown])
+    assert (report.rows_read, report.rows_inserted, report.rows_already_stored, report.rows_rejected) == (
+        26, 5, 21, 0)
+    assert _ids(store) == sorted(f"req-{i}" for i in [*range(25), *range(100, 130)])
+
+
+def test_random_ids_and_disjoint_id_ranges_both_find_the_stored_rows(store: Store) -> None:
+    rng = random.Random(7)
+    stored = [ok_row(i, request_id=f"{rng.getrandbits(128):032x}") for i in range(200)]
+    store.ingest_frame(_frame(stored))
+    store.ingest_frame(_frame([ok_row(i, request_id=f"zz-{i:04d}") for i in range(50)]))  # a range of its own
+    fresh = [ok_row(i, request_id=f"{rng.getrandbits(128):032x}") for i in range(300, 400)]
+    mixed = rng.sample(stored, 40) + fresh + [ok_row(7, request_id="zz-0007")]
+    rng.shuffle(mixed)
+    report = store.ingest_frame(_frame(mixed))
+    assert (report.rows_inserted, report.rows_already_stored) == (100, 41)
+    report = store.ingest_frame(_frame([ok_row(i, request_id=f"aa-{i}") for i in range(10)]))
+    assert (report.rows_inserted, report.rows_already_stored) == (10, 0)
+    assert store.count() == 360 == len(set(_ids(store)))
+
+
+def test_a_multi_chunk_input_skips_its_stored_ids_and_loads_the_new_ones(
+    tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "INSERT_CHUNK_ROWS", 7)
+    store.ingest_frame(_frame([ok_row(i) for i in range(0, 40, 3)]))  # 14 of the 40 ids, in every chunk
+    rows = [ok_row(i) for i in range(40)]
+    random.Random(3).shuffle(rows)
+    progress: list[tuple[str, int, int]] = []
+    (report,) = store.ingest_files([_write(tmp_path / "big.parquet", rows)],
+                                   on_progress=lambda *a: progress.append(a))
+    assert (report.rows_read, report.rows_inserted, report.rows_already_stored) == (40, 26, 14)
+    assert _ids(store) == sorted(f"req-{i}" for i in range(40))
+    assert [d for s, d, _ in progress if s == "loading"] == [7, 14, 21, 28, 35, 40]
+    again = store.ingest_files([tmp_path / "big.parquet"])[0]
+    assert (again.rows_inserted, again.rows_already_stored) == (0, 40)
+
+
+def test_an_invalid_row_anywhere_writes_nothing_even_when_its_id_is_stored(
+    tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "INSERT_CHUNK_ROWS", 4)
+    store.ingest_frame(_frame([ok_row(i) for i in range(3)]))
+    before = _stored(store)
+    rows = [ok_row(i) for i in range(20)]
+    rows[1] = ok_row(1, queue_s=-1.0)  # id already stored, row invalid: still an error
+    rows[17] = ok_row(17, sent_tokens=99)  # in the last chunk
+    bad = _write(tmp_path / "bad.parquet", rows)
+    with pytest.raises(InvalidInputError) as info:
+        store.ingest_files([_write(tmp_path / "good.jsonl", [ok_row(i) for i in range(50, 60)]), bad])
+    assert {(e.source, e.row, e.rule) for e in info.value.errors} == {
+        (str(bad), 2, "negative"), (str(bad), 18, "sent_exceeds_generated")}
+    assert info.value.invalid_rows == 2
+    assert _stored(store) == before
+    (report,) = store.ingest_files([_write(tmp_path / "fixed.parquet", [ok_row(i) for i in range(20)])])
+    assert (report.rows_inserted, report.rows_already_stored) == (17, 3)  # the id side tables were rolled back
+
+
+def test_skip_invalid_with_stored_ids_counts_each_row_once(
+    tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "INSERT_CHUNK_ROWS", 5)
+    store.ingest_frame(_frame([ok_row(i) for i in range(0, 20, 2)]))
+    rows = [ok_row(i) for i in range(20)]
+    rows[12] = ok_row(12, finish_reason="done")  # stored id, invalid row
+    rows[15] = ok_row(15, ttft_s="x")  # new id, invalid row
+    (report,) = store.ingest_files([_write(tmp_path / "m.jsonl", rows)], skip_invalid=True)
+    assert (report.rows_read, report.rows_inserted, report.rows_already_stored, report.rows_rejected) == (
+        20, 9, 9, 2)
+    rejected = [json.loads(line)["row"] for line in Path(report.rejected_path or "").read_text().splitlines()]
+    assert rejected == [13, 16]
+    assert _ids(store) == sorted(f"req-{i}" for i in range(20) if i != 15)
+
+
+def test_files_of_one_call_that_share_ids_load_each_id_once(tmp_path: Path, store: Store) -> None:
+    a = _write(tmp_path / "a.parquet", [ok_row(i) for i in range(10)])
+    b = _write(tmp_path / "b.jsonl", [ok_row(i) for i in range(5, 15)])
+    ra, rb = store.ingest_files([a, b])
+    assert (ra.rows_inserted, ra.rows_already_stored, rb.rows_inserted, rb.rows_already_stored) == (10, 0, 5, 5)
+    assert _ids(store) == sorted(f"req-{i}" for i in range(15))
+
+
+def test_rows_written_around_the_store_or_before_the_id_tables_are_still_found(store: Store) -> None:
+    store.ingest_frame(_frame([ok_row(0)]))
+    store.ingest_frame(_frame([ok_row(0)]))  # an overlap: from now on the store keeps the id hashes too
+    store.con.register("around", _frame([ok_row(i, request_id=f"x-{i}") for i in (1, 2)]).to_arrow())
+    store.con.execute(f"INSERT INTO {SUMMARY_TABLE} SELECT * FROM around")  # not through Store
+    report = store.ingest_frame(_frame([ok_row(i, request_id=f"x-{i}") for i in (1, 2, 3)]))
+    assert (report.rows_inserted, report.rows_already_stored) == (1, 2)
+    store.con.execute(f"DROP TABLE {ID_HASH_TABLE}")  # a store written before the id tables existed
+    store.con.execute(f"DROP TABLE {ID_RANGE_TABLE}")
+    report = store.ingest_frame(_frame([ok_row(i, request_id=f"x-{i}") for i in (1, 2, 3, 4)]))
+    assert (report.rows_inserted, report.rows_already_stored) == (1, 3)
+    assert _ids(store) == ["req-0", "x-1", "x-2", "x-3", "x-4"]
+
+
+def test_a_matching_hash_alone_never_skips_a_new_row(store: Store) -> None:
+    store.ingest_frame(_frame([ok_row(0), ok_row(9, request_id="zzz")]))
+    assert store.ingest_frame(_frame([ok_row(0)])).rows_already_stored == 1  # an overlap: the hashes are kept
+    # as if 'zzz' and 'req-1' had the same 64-bit hash: the hash table then says req-1 may be stored
+    store.con.execute(f"UPDATE {ID_HASH_TABLE} SET h = hash('req-1') WHERE h = hash('zzz')")
+    report = store.ingest_frame(_frame([ok_row(0), ok_row(1)]))
+    assert (report.rows_inserted, report.rows_already_stored) == (1, 1)
+    assert _ids(store) == ["req-0", "req-1", "zzz"]
+
+
+def test_an_invalid_row_whose_id_is_stored_is_still_an_error(store: Store) -> None:
+    store.ingest_frame(_frame([ok_row(0), ok_row(1)]))
+    with pytest.raises(InvalidInputError) as info:
+        store.ingest_frame(_frame([ok_row(0), ok_row(1, e2e_s=math.nan), ok_row(2)]))
+    assert [(e.row, e.rule, e.column) for e in info.value.errors] == [(2, "non_finite", "e2e_s")]
+    assert _ids(store) == ["req-0", "req-1"]
+
+
+def test_merged_id_ranges_still_cover_every_stored_row(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store_module, "ID_RANGES_MAX", 3)
+    for k in range(12):
+        store.ingest_frame(_frame([ok_row(i, request_id=f"b{k:02d}-{i}") for i in range(5)]))
+    n_ranges = store.con.sql(f"SELECT count(*), sum(n) FROM {ID_RANGE_TABLE}").fetchall()[0]
+    assert n_ranges[0] <= 4 and n_ranges[1] == 60
+    for k in range(12):  # each input's id range is narrow: only the range table can send it to the hashes
+        report = store.ingest_frame(_frame([ok_row(i, request_id=f"b{k:02d}-{i}") for i in (0, 4, 9)]))
+        assert (report.rows_inserted, report.rows_already_stored) == (1, 2)
+    assert store.count() == 72
+
+
+def test_ordered_ids_keep_no_hashes_until_an_input_overlaps_the_stored_ranges(store: Store) -> None:
+    def tables() -> set[str]:
+        return {r[0] for r in store.con.sql("SELECT table_name FROM duckdb_tables()").fetchall()}
+
+    for day in ("2024-01-01", "2024-01-02"):
+        store.ingest_frame(_frame([ok_row(i, request_id=f"{day}-{i:05d}") for i in range(50)]))
+    assert ID_RANGE_TABLE in tables() and ID_HASH_TABLE not in tables()
+    late = [ok_row(i, request_id=f"2024-01-01-{i:05d}") for i in (7, 70)]
+    report = store.ingest_frame(_frame(late))
+    assert (report.rows_inserted, report.rows_already_stored) == (1, 1)
+    assert store.con.sql(f"SELECT count(*) FROM {ID_HASH_TABLE}").fetchall()[0][0] == store.count() == 101
+
+
+@pytest.mark.parametrize("sort_limit", [0, 1_000], ids=["duckdb-count-distinct", "numpy-sort"])
+def test_duplicate_ids_are_caught_by_either_repeat_check(
+    store: Store, monkeypatch: pytest.MonkeyPatch, sort_limit: int
+) -> None:
+    monkeypatch.setattr(store_module, "SORT_CHECK_MAX_ROWS", sort_limit)
+    rows = [ok_row(i) for i in range(30)]
+    with pytest.raises(InvalidInputError) as info:
+        store.ingest_frame(_frame([*rows, ok_row(12, model="m2")]))
+    assert [(e.row, e.rule) for e in info.value.errors] == [(31, "duplicate_request_id")]
+    assert store.count() == 0
+    assert store.ingest_frame(_frame(rows)).rows_inserted == 30

@@ -265,3 +265,34 @@ def typed_select_fast(plans: Sequence[ColumnPlan], source_sql: str) -> str:
     parts = [f"{plan.value} AS {_q(plan.column.name)}" for plan in plans]
     parts += [f"{p.bad_type} AS __bad_{p.column.name}" for p in plans if p.bad_type is not None]
     return f"SELECT {', '.join(parts)} FROM {source_sql}"
+
+
+INVALID_ROW = "__llmslo_invalid_row__"
+"""Message of the DuckDB error that :func:`checked_select` raises on the first row breaking a rule."""
+
+
+def any_violation(conds: Sequence[Condition]) -> str:
+    """SQL predicate over converted columns: TRUE when a row breaks at least one of ``conds``."""
+    return " OR ".join(f"({c.sql})" for c in conds)
+
+
+def checked_select(
+    plans: Sequence[ColumnPlan], conds: Sequence[Condition], source_sql: str, where: str = "",
+    exclude_ids: str | None = None,
+) -> str:
+    """SQL selecting the converted contract columns of ``source_sql`` that raises on an invalid row.
+
+    The validation rides in the scan that feeds the insert: a row breaking any of ``conds`` makes
+    the statement fail with a DuckDB ``InvalidInputException`` whose message contains
+    :data:`INVALID_ROW` (the caller then lists the errors in detail). ``where`` (``" WHERE ..."`` or
+    empty) selects source rows, e.g. a range of row numbers. With ``exclude_ids`` (the name of a table
+    with a ``request_id`` column), rows whose ``request_id`` is listed there are left out, but only
+    after they were checked: the check comes first in one ``CASE``, so an invalid row is an error
+    even when its id is excluded.
+    """
+    names = ", ".join(_q(p.column.name) for p in plans)
+    skip = f" WHEN request_id IN (SELECT request_id FROM {exclude_ids}) THEN FALSE" if exclude_ids else ""
+    return (
+        f"SELECT {names} FROM ({typed_select_fast(plans, source_sql)}{where}) "
+        f"WHERE CASE WHEN {any_violation(conds)} THEN error('{INVALID_ROW}'){skip} ELSE TRUE END"
+    )
