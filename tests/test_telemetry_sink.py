@@ -18,12 +18,14 @@ class LockedStore:
 
     def __init__(self) -> None:
         self.unlock = threading.Event()
+        self.failed = threading.Event()
         self.rows: list[object] = []
         self.failures = 0
 
     def write(self, rows: Sequence[object]) -> None:
         if not self.unlock.is_set():
             self.failures += 1
+            self.failed.set()
             raise OSError("database is locked")
         self.rows.extend(rows)
 
@@ -60,6 +62,7 @@ def test_a_locked_store_is_retried_counted_and_never_raised_and_the_queue_stays_
     assert sink.queued <= 100
     assert sink.dropped["queue_full"] >= 1000 - 110
     assert tel.metrics.value("summaries_dropped", reason="queue_full") == sink.dropped["queue_full"]
+    assert store.failed.wait(timeout=30), "the sink never tried the locked store"  # a loaded machine is slow
     store.unlock.set()
     sink.close(timeout_s=10)
     assert store.failures >= 1 and sink.store_errors == store.failures
