@@ -1,40 +1,44 @@
-"""Report speed: ``build_report`` vs the same figures by hand in DuckDB SQL and in pandas.
+"""Report speed: ``llmslo report`` as a process vs the bare DuckDB query as a process, same figures.
 
-A store of ``--rows`` synthetic summaries (default 10,000,000) is built once in a temporary directory
-(``Store.open`` for the schema, then a bare ``INSERT INTO request_summaries SELECT * FROM <arrow batch>``
-per generated batch of 1,000,000 rows; not timed). Then, side by side in every repeat (order rotating):
+A store of ``--rows`` synthetic summaries (default 10,000,000) is built once (``Store.open`` for the
+schema, then a bare ``INSERT INTO request_summaries SELECT * FROM <arrow batch>`` per generated batch of
+1,000,000 rows; not timed), in a temporary directory or at ``--db`` (kept, and reused when it exists).
 
-(a) ``build_report(con, ReportSpec(GoodputPolicy(), by=("model", "finish_reason")))``, which runs a
-    span query, the main aggregate, an ``itl_s`` presence check (the generated data has no ``itl_s``, so
-    no ITL pass) and the Kaplan–Meier (censoring-aware TTFT) query;
-(b) the bare baseline, hand-written DuckDB SQL on the same connection computing the same figures:
-    the same span query; one ``GROUP BY model, finish_reason`` aggregate with attempted, good, good
-    generated tokens, one-token replies, count per finish reason, token sums and waste, and for ttft_s,
-    tpot (derived), e2e_s, queue_s, client_ttft_s: count, avg, ``quantile_cont(x, [.5, .9, .95, .99])``,
-    max and one ``count_if(x <= bound)`` per bucket bound; success-only TTFT count and quantiles; the
-    same ``count(itl_s)`` check; and a hand-written Kaplan–Meier query (row ranks per group, a running
-    sum of the log factors of the censored rows, the same product form and 1e-12 tolerance as
-    docs/definitions); see :func:`bare_main_sql` and :func:`bare_km_sql`;
-(c) pandas (``--pandas-repeat`` runs, default 1, in the first repeats: it is the slowest step and far
-    from its target): the needed columns are loaded once into a DataFrame (``con.sql(...).df()``, NOT
-    timed), then
-    the timed computation derives tpot and good, ``groupby(["model", "finish_reason"])`` with count/
-    mean/max, ``quantile([.5, .9, .95, .99])`` (linear, as quantile_cont), bucket counts, goodput, token
-    sums, success-only TTFT quantiles, and Kaplan–Meier per group with numpy (timed separately too).
+The figure (process start included on both sides, ``--repeat`` paired repeats, default 5, side by side,
+order alternating):
 
-Before the figures are trusted, the report's numbers are checked against the bare query's and pandas'
-(counts and token sums exactly, quantiles and maxima within 1e-9 s, means and rates within 1e-9
-relative). Peak RSS of the report step is measured in a separate process (this script with
-``--child report``: open the store read-only, run ``build_report`` once, read the process's peak RSS,
-``VmHWM``; ``ru_maxrss`` is wrong here, see ``_util.peak_rss_mb``); ``--rss-bare`` does the same for the
-bare SQL. Targets: report/bare <= 1.5x, pandas/report >= 5x, report peak RSS < 3 GB.
+(a) ``python -m llmslo.cli report --db DB --by model,finish_reason --json`` (stdout to a file), and
+(b) ``python -c <open DB read-only with duckdb, run bare_main_sql(), fetchall()>``: the bare main
+    aggregate, hand-written: one ``GROUP BY model, finish_reason`` with attempted, good, good generated
+    tokens, one-token replies, count per finish reason, token sums and waste, and for ttft_s, tpot
+    (derived), e2e_s, queue_s, client_ttft_s: count, avg, ``quantile_cont(x, [.5, .9, .95, .99])``, max
+    and one ``count_if(x <= bound)`` per bucket bound; success-only TTFT count and quantiles (see
+    :func:`bare_main_sql`). It computes no Kaplan–Meier and no span; the report does both.
+
+Each process runs under a small runner (:data:`RUNNER`, the same on both sides) that writes its own peak
+resident set size at exit (``VmHWM`` from ``/proc/self/status``; ``ru_maxrss`` is wrong here, see
+``_util.peak_rss_mb``). Printed: the median wall time and median peak RSS of each, the ratios of the
+medians, and the start-up alone (``python -m llmslo.cli --version``; the CLI on an empty store, i.e.
+start-up plus the report's imports and queries on nothing; ``python -c 'import duckdb; connect'``).
+Targets: report/bare <= 1.5x in time and in peak RSS.
+
+Then, in this process (not part of the figure): ``build_report`` once per ``--inproc-repeat`` next to the
+bare SQL on the same connection (``bare_main_sql`` plus the span query, the ``count(itl_s)`` check and a
+hand-written row-level Kaplan–Meier query, :func:`bare_km_sql`), each query timed, for the table of where
+the time goes; and pandas (``--pandas-repeat`` runs, default 1; 0 skips it): the needed columns loaded
+once into a DataFrame (``con.sql(...).df()``, NOT timed), then the timed computation derives tpot and
+good, ``groupby(["model", "finish_reason"])`` with count/mean/max, ``quantile([.5, .9, .95, .99])``
+(linear, as quantile_cont), bucket counts, goodput, token sums, success-only TTFT quantiles, and
+Kaplan–Meier per group with numpy (timed separately too).
+
+Before the figures are trusted, the numbers of the CLI's JSON (from the first timed run) and of the
+in-process report are checked against the bare SQL's, and against pandas' when it runs (counts and
+token sums exactly, quantiles and maxima within 1e-9 s, means and rates within 1e-9 relative); the
+script exits 1 on a difference.
 
 The bare SQL is written the way one writes it for speed in DuckDB 2.0: ``count_if(cond)`` rather than
 ``count(*) FILTER (WHERE cond)`` (3x faster here for ~70 bucket counts), and the KM windows partitioned
-by an integer group id rather than the VARCHAR group columns (several times faster). Its KM is the plain
-row-level form (two window passes over all admitted rows); the report's KM query is cleverer (one window
-over the censored rows only) and faster, so the table also shows report/best-bare, where best-bare is
-the bare main aggregate plus the faster of the two KM queries.
+by an integer group id rather than the VARCHAR group columns (several times faster).
 """
 
 from __future__ import annotations
@@ -46,7 +50,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +60,7 @@ import pandas as pd
 from llmslo.analysis import GoodputPolicy, ReportSpec, Store, build_report
 from llmslo.analysis.store._schema import SUMMARY_TABLE
 from llmslo.bench._data import synthetic_batches, synthetic_summaries
-from llmslo.bench._util import current_rss_mb, median, peak_rss_mb, spread, table, temp_dir
+from llmslo.bench._util import median, table, temp_dir
 from llmslo.telemetry import DEFAULT_BUCKETS_S, FINISH_REASONS
 
 KEYS: tuple[str, str] = ("model", "finish_reason")
@@ -67,8 +70,9 @@ KM_TOLERANCE = 1e-12
 INTERVALS: tuple[str, ...] = ("ttft_s", "tpot_s", "e2e_s", "queue_s", "client_ttft_s")
 TOKENS: tuple[str, ...] = ("prompt_tokens", "proposed_tokens", "generated_tokens", "sent_tokens")
 TARGET_RATIO_BARE = 1.5
-TARGET_SPEEDUP_PANDAS = 5.0
-TARGET_PEAK_RSS_MB = 3 * 1024.0
+"""Report process / bare-query process, wall time (medians), start-up included on both sides."""
+TARGET_RATIO_RSS = 1.5
+"""Report process / bare-query process, peak RSS (medians of VmHWM)."""
 QUANTILE_ABS_TOL = 1e-9
 REL_TOL = 1e-9
 BATCH_ROWS = 1_000_000
@@ -147,6 +151,8 @@ def _classify(sql: str) -> str:
         return "km"
     if "unnest(itl_s)" in s:
         return "itl"
+    if s.startswith("select exists"):
+        return "presence"
     if "count(itl_s)" in s:
         return "itl_check"
     if "min(arrival_unix_s)" in s and "quantile" not in s:
@@ -157,13 +163,13 @@ def _classify(sql: str) -> str:
 
 
 def run_report(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, Any], dict[str, float]]:
-    """The report, with seconds per query kind."""
+    """The report's JSON form (``Report.to_dict()``, as ``--json`` prints it), with seconds per query kind."""
     timed = _TimedConnection(con)
     report = build_report(timed, ReportSpec(_policy(), by=KEYS))  # type: ignore[arg-type]
     steps: dict[str, float] = {}
     for kind, seconds in timed.log:
         steps[kind] = steps.get(kind, 0.0) + seconds
-    return report, steps
+    return report.to_dict(), steps
 
 
 def flatten_report(report: dict[str, Any]) -> tuple[Figures, float | None]:
@@ -521,133 +527,184 @@ def build_store(path: Path, rows: int, seed: int) -> dict[str, float]:
     return {"generate_s": t_gen, "insert_s": t_ins, "file_mib": path.stat().st_size / 2**20}
 
 
-def child_main(kind: str, db: str) -> None:
-    """Run one step in this (fresh) process and print its time and memory as JSON."""
-    store = Store.open(db, read_only=True)
-    before = current_rss_mb()
-    t0 = time.perf_counter()
-    if kind == "report":
-        build_report(store.con, ReportSpec(_policy(), by=KEYS))
-    elif kind == "bare":
-        run_bare(store.con)
-    else:
-        raise SystemExit(f"unknown child step {kind!r}")
-    seconds = time.perf_counter() - t0
-    peak = peak_rss_mb()
-    print(json.dumps({"step": kind, "seconds": seconds, "rss_before_mb": before, "peak_rss_mb": peak}))
-    store.close()
+# ---- processes: the figure ---------------------------------------------------------------------------
+
+RUNNER = r"""
+import atexit, os, sys
+def _write_peak():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                with open(os.environ["LLMSLO_BENCH_PEAK_FILE"], "w") as out:
+                    out.write(line.split()[1])
+atexit.register(_write_peak)
+if sys.argv[1] == "-m":
+    import runpy
+    sys.argv = sys.argv[2:]
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+else:
+    code = sys.argv[1]
+    sys.argv = ["-c", *sys.argv[2:]]
+    exec(compile(code, "<bench>", "exec"), {"__name__": "__main__"})
+"""
+"""``python -c RUNNER -m MODULE ARGS...`` runs ``python -m MODULE ARGS...``; ``python -c RUNNER CODE ARGS...``
+runs ``python -c CODE ARGS...``. Either way the process writes its peak RSS (``VmHWM``, KiB) at exit to
+the file named by ``$LLMSLO_BENCH_PEAK_FILE``."""
+
+BARE_CODE = """
+import sys, duckdb
+con = duckdb.connect(sys.argv[1], read_only=True)
+with open(sys.argv[2]) as f:
+    con.sql(f.read()).fetchall()
+"""
+"""The bare side: open the store read-only, run the SQL in the file ``argv[2]``, fetch every row."""
+
+STARTUP_CODE = "import sys, duckdb; duckdb.connect(sys.argv[1], read_only=True)"
 
 
-def measure_child(kind: str, db: Path) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--child", kind, "--db", str(db)],
-        check=True, capture_output=True, text=True,
-    )
-    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+def report_command(db: Path) -> list[str]:
+    """The report side, as the user runs it (wrapped by :data:`RUNNER`)."""
+    return [sys.executable, "-c", RUNNER, "-m", "llmslo.cli", "report", "--db", str(db),
+            "--by", ",".join(KEYS), "--json"]
 
 
-def _paired(a: list[float], b: list[float]) -> float:
-    """Median of the per-repeat ratios a/b (the runs of one repeat ran side by side)."""
-    return median([x / y for x, y in zip(a, b, strict=False)])
+def bare_command(db: Path, sql_file: Path) -> list[str]:
+    return [sys.executable, "-c", RUNNER, BARE_CODE, str(db), str(sql_file)]
 
 
-def run(rows: int, repeat: int, pandas_repeat: int, seed: int, rss: tuple[str, ...]) -> dict[str, Any]:
-    policy = _policy()
-    pandas_repeat = min(pandas_repeat, repeat)
-    with temp_dir() as tmp:
-        db = tmp / "report.duckdb"
+def timed_process(cmd: list[str], tmp: Path, stdout: Path | None = None) -> dict[str, float]:
+    """Run ``cmd`` once: wall seconds from start to exit (seen from here), peak RSS in MiB (its VmHWM)."""
+    peak_file = tmp / "peak.kib"
+    peak_file.unlink(missing_ok=True)
+    env = {**os.environ, "LLMSLO_BENCH_PEAK_FILE": str(peak_file)}
+    with open(stdout or os.devnull, "w") as out:
         t0 = time.perf_counter()
-        built = build_store(db, rows, seed)
-        built["total_s"] = time.perf_counter() - t0
-        store = Store.open(db, read_only=True)
-        con = store.con
-        t0 = time.perf_counter()
-        frames = [load_pandas(con)] if pandas_repeat else []
-        load_s = time.perf_counter() - t0
+        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.PIPE, text=True, env=env, check=False)
+        seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:1] + cmd[3:])} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return {"seconds": seconds, "peak_rss_mb": int(peak_file.read_text()) / 1024.0}
 
-        results: dict[str, Any] = {}
-        times: dict[str, list[float]] = {"report": [], "bare": [], "best_bare": [], "pandas": [],
-                                         "pandas_no_km": []}
-        steps: dict[str, list[dict[str, float]]] = {"report": [], "bare": [], "pandas": []}
 
-        def do_report() -> None:
-            t = time.perf_counter()
-            report, st = run_report(con)
-            times["report"].append(time.perf_counter() - t)
-            steps["report"].append(st)
-            results.setdefault("report", flatten_report(report))
+def run_processes(db: Path, tmp: Path, repeat: int) -> tuple[dict[str, list[dict[str, float]]], dict[str, Any]]:
+    """``repeat`` paired runs of (a) the CLI report and (b) the bare query, order alternating; then the
+    start-up figures. Returns the runs per kind and the CLI's JSON of the first run."""
+    sql_file = tmp / "bare_main.sql"
+    sql_file.write_text(bare_main_sql(_policy()))
+    empty = tmp / "empty.duckdb"
+    if not empty.exists():
+        Store.open(empty).close()
+    out_json = tmp / "report.json"
+    runs: dict[str, list[dict[str, float]]] = {k: [] for k in ("report", "bare", "cli_version", "cli_empty",
+                                                               "bare_startup")}
+    first: dict[str, Any] | None = None
+    for r in range(repeat):
+        sides = [("report", report_command(db)), ("bare", bare_command(db, sql_file))]
+        for kind, cmd in sides if r % 2 == 0 else sides[::-1]:
+            runs[kind].append(timed_process(cmd, tmp, out_json if kind == "report" else None))
+            if kind == "report" and first is None:
+                first = json.loads(out_json.read_text())
+    for _ in range(repeat):
+        runs["cli_version"].append(timed_process([sys.executable, "-c", RUNNER, "-m", "llmslo.cli", "--version"],
+                                                 tmp))
+        runs["cli_empty"].append(timed_process(report_command(empty), tmp))
+        runs["bare_startup"].append(timed_process([sys.executable, "-c", RUNNER, STARTUP_CODE, str(db)], tmp))
+    assert first is not None
+    return runs, first
 
-        def do_bare() -> None:
-            t = time.perf_counter()
-            raw, st = run_bare(con)
-            times["bare"].append(time.perf_counter() - t)
-            steps["bare"].append(st)
-            results.setdefault("bare", flatten_bare(raw))
 
-        def do_pandas() -> None:
-            t = time.perf_counter()
-            figures, seconds, st = run_pandas(frames[0], policy)
-            times["pandas"].append(time.perf_counter() - t)
-            times["pandas_no_km"].append(st["latency_goodput"])
-            steps["pandas"].append(st)
-            results.setdefault("pandas", (figures, seconds))
-
-        for r in range(repeat):
-            methods: list[Callable[[], None]] = [do_report, do_bare]
-            if r < pandas_repeat:
-                methods.append(do_pandas)
-            k = r % len(methods)
-            for fn in methods[k:] + methods[:k]:
-                fn()
-            rk, bk = steps["report"][-1].get("km", 0.0), steps["bare"][-1]["km"]
-            times["best_bare"].append(times["bare"][-1] - bk + min(bk, rk))
-        frames.clear()
-        store.close()
-        children = {kind: measure_child(kind, db) for kind in rss}
-
-    rep, rep_s = results["report"]
-    bare_problems = compare(rep, results["bare"][0], rep_s, results["bare"][1])
-    pandas_problems = compare(rep, results["pandas"][0], rep_s, results["pandas"][1]) if pandas_repeat else []
-    med = {k: median(v) for k, v in times.items()}
-    ratio_bare = _paired(times["report"], times["bare"])
-    speedup_pandas = med["pandas"] / med["report"] if pandas_repeat else None
-    step_kinds = sorted({k for v in steps.values() for x in v for k in x})
-    steps_median = {k: {s: median([x.get(s, 0.0) for x in v]) for s in step_kinds if any(s in x for x in v)}
-                    for k, v in steps.items()}
-    step_ratios = {s: _paired([x.get(s, 0.0) for x in steps["report"]], [x[s] for x in steps["bare"]])
-                   for s in ("main", "km")}
-    figures: dict[str, Any] = {
-        "rows": rows, "repeat": repeat, "pandas_repeat": pandas_repeat, "seed": seed, "groups": len(rep),
-        "threads": int(con_threads()), "loadavg_1m": os.getloadavg()[0],
-        "store": built, "pandas_load_s": load_s,
-        "seconds": times, "median_s": med, "steps_median_s": steps_median,
-        "report_over_bare": ratio_bare,
-        "report_over_best_bare": _paired(times["report"], times["best_bare"]),
-        "report_over_bare_by_step": step_ratios,
-        "pandas_over_report": speedup_pandas,
-        "pandas_no_km_over_report": med["pandas_no_km"] / med["report"] if pandas_repeat else None,
-        "peak_rss": children,
-        "verification": {
-            "figures_per_method": _n_figures(rep),
-            "report_vs_bare": {"equal": not bare_problems, "problems": bare_problems[:20],
-                               "n_problems": len(bare_problems)},
-            "report_vs_pandas": {"equal": not pandas_problems, "problems": pandas_problems[:20],
-                                 "n_problems": len(pandas_problems), "checked": bool(pandas_repeat)},
-        },
-        "targets": {
-            "report_over_bare_max": TARGET_RATIO_BARE, "pandas_speedup_min": TARGET_SPEEDUP_PANDAS,
-            "peak_rss_mb_max": TARGET_PEAK_RSS_MB,
-            "meets_ratio": ratio_bare <= TARGET_RATIO_BARE,
-            "meets_speedup": None if speedup_pandas is None else speedup_pandas >= TARGET_SPEEDUP_PANDAS,
-            "meets_rss": (children["report"]["peak_rss_mb"] < TARGET_PEAK_RSS_MB) if "report" in children
-            else None,
-        },
-    }
-    return figures
+# ---- store, driver ------------------------------------------------------------------------------------
 
 
 def con_threads() -> int:
     return int(duckdb.connect().sql("SELECT current_setting('threads')").fetchall()[0][0])
+
+
+def _med(runs: list[dict[str, float]], key: str) -> float:
+    return median([x[key] for x in runs])
+
+
+def run(rows: int, repeat: int, inproc_repeat: int, pandas_repeat: int, seed: int,
+        db_path: Path | None) -> dict[str, Any]:
+    policy = _policy()
+    with temp_dir() as tmp:
+        db = db_path or tmp / "report.duckdb"
+        if db.exists():
+            with Store.open(db, read_only=True) as store:
+                rows = store.count()
+            built: dict[str, Any] = {"reused": str(db)}
+        else:
+            t0 = time.perf_counter()
+            built = build_store(db, rows, seed)
+            built["total_s"] = time.perf_counter() - t0
+
+        runs, cli_json = run_processes(db, tmp, repeat)
+
+        store = Store.open(db, read_only=True)
+        con = store.con
+        inproc: dict[str, list[float]] = {"report": [], "bare": []}
+        steps: dict[str, list[dict[str, float]]] = {"report": [], "bare": []}
+        results: dict[str, Any] = {}
+        for r in range(inproc_repeat):
+            for kind in (("report", "bare") if r % 2 == 0 else ("bare", "report")):
+                t = time.perf_counter()
+                if kind == "report":
+                    report, st = run_report(con)
+                    results.setdefault("report", flatten_report(report))
+                else:
+                    raw, st = run_bare(con)
+                    results.setdefault("bare", flatten_bare(raw))
+                inproc[kind].append(time.perf_counter() - t)
+                steps[kind].append(st)
+        pandas_s: list[float] = []
+        pandas_steps: list[dict[str, float]] = []
+        load_s = None
+        if pandas_repeat:
+            t0 = time.perf_counter()
+            frame = load_pandas(con)
+            load_s = time.perf_counter() - t0
+            for _ in range(pandas_repeat):
+                t = time.perf_counter()
+                figures, seconds, st = run_pandas(frame, policy)
+                pandas_s.append(time.perf_counter() - t)
+                pandas_steps.append(st)
+                results.setdefault("pandas", (figures, seconds))
+            del frame
+        store.close()
+
+    rep, rep_s = results["report"]
+    bare, bare_s = results["bare"]
+    cli, cli_s = flatten_report(cli_json)
+    checks = {
+        "cli_json_vs_bare": compare(cli, bare, cli_s, bare_s),
+        "report_vs_bare": compare(rep, bare, rep_s, bare_s),
+    }
+    if pandas_repeat:
+        checks["report_vs_pandas"] = compare(rep, results["pandas"][0], rep_s, results["pandas"][1])
+    med = {k: {"seconds": _med(v, "seconds"), "peak_rss_mb": _med(v, "peak_rss_mb")} for k, v in runs.items()}
+    ratio_s = med["report"]["seconds"] / med["bare"]["seconds"]
+    ratio_rss = med["report"]["peak_rss_mb"] / med["bare"]["peak_rss_mb"]
+    step_kinds = sorted({k for v in steps.values() for x in v for k in x})
+    return {
+        "rows": rows, "repeat": repeat, "inproc_repeat": inproc_repeat, "pandas_repeat": pandas_repeat,
+        "seed": seed, "groups": len(rep), "threads": con_threads(), "loadavg_1m": os.getloadavg()[0],
+        "store": built, "processes": runs, "median": med,
+        "report_over_bare_seconds": ratio_s, "report_over_bare_peak_rss": ratio_rss,
+        "inproc_seconds": inproc,
+        "inproc_steps_median_s": {k: {s: median([x.get(s, 0.0) for x in v]) for s in step_kinds
+                                      if any(s in x for x in v)} for k, v in steps.items()},
+        "pandas_seconds": pandas_s, "pandas_load_s": load_s,
+        "pandas_km_median_s": median([x["km"] for x in pandas_steps]) if pandas_steps else None,
+        "verification": {"figures_per_method": _n_figures(rep),
+                         **{k: {"equal": not v, "n_problems": len(v), "problems": v[:20]} for k, v in checks.items()}},
+        "targets": {"report_over_bare_max": TARGET_RATIO_BARE, "peak_rss_ratio_max": TARGET_RATIO_RSS,
+                    "meets_seconds": ratio_s <= TARGET_RATIO_BARE, "meets_rss": ratio_rss <= TARGET_RATIO_RSS},
+    }
+
+
+def _span(xs: list[float], digits: int) -> str:
+    """``min..max`` with a fixed number of decimals (``_util.spread`` switches to exponents)."""
+    return f"{min(xs):,.{digits}f}..{max(xs):,.{digits}f}" if xs else "-"
 
 
 def _verdict(ok: bool | None) -> str:
@@ -655,95 +712,79 @@ def _verdict(ok: bool | None) -> str:
 
 
 def render(f: dict[str, Any]) -> str:
-    med, secs = f["median_s"], f["seconds"]
-    rows: list[list[object]] = [
-        ["(a) llmslo build_report", med["report"], spread(secs["report"]), "1.00x"],
-        ["(b) bare DuckDB, hand-written SQL", med["bare"], spread(secs["bare"]),
-         f"report/bare = {f['report_over_bare']:.2f}x"],
-        ["    best bare (bare main + faster KM)", med["best_bare"], spread(secs["best_bare"]),
-         f"report/best = {f['report_over_best_bare']:.2f}x"],
-    ]
-    if f["pandas_repeat"]:
-        rows += [
-            ["(c) pandas incl. KM (compute only)", med["pandas"], spread(secs["pandas"]),
-             f"pandas/report = {f['pandas_over_report']:.2f}x"],
-            ["    pandas without KM", med["pandas_no_km"], spread(secs["pandas_no_km"]),
-             f"pandas/report = {f['pandas_no_km_over_report']:.2f}x"],
-        ]
+    med, runs, t = f["median"], f["processes"], f["targets"]
     st = f["store"]
+    built = (f"reused store {st['reused']}" if "reused" in st else
+             f"store built in {st['total_s']:.1f} s (generate {st['generate_s']:.1f} s, bare insert "
+             f"{st['insert_s']:.1f} s, {st['file_mib']:.0f} MiB)")
     out = [
-        f"report over {f['rows']:,} summaries by model, finish_reason ({f['groups']} groups); {f['repeat']} "
-        f"repeats side by side (pandas {f['pandas_repeat']}), DuckDB threads={f['threads']}, "
+        f"llmslo report over {f['rows']:,} summaries by model, finish_reason ({f['groups']} groups); "
+        f"{f['repeat']} paired process runs, order alternating; DuckDB threads={f['threads']}, "
         f"load avg {f['loadavg_1m']:.1f}",
-        f"store built in {st['total_s']:.1f} s (generate {st['generate_s']:.1f} s, bare insert "
-        f"{st['insert_s']:.1f} s, {st['file_mib']:.0f} MiB); "
-        f"pandas frame loaded in {f['pandas_load_s']:.1f} s (not timed)",
-        "DuckDB ratios: medians of per-repeat ratios; pandas ratios: ratio of medians",
+        built,
         "",
-        table(["method", "median s", "min..max", "ratio"], rows),
+        "the figure: whole processes, start-up included (medians; ratio = ratio of the medians)",
+        table(["figure", "report (CLI)", "baseline (bare query)", "ratio", "target", "result"], [
+            ["wall time, s", med["report"]["seconds"], med["bare"]["seconds"],
+             f"{f['report_over_bare_seconds']:.2f}x", f"<= {TARGET_RATIO_BARE}x", _verdict(t["meets_seconds"])],
+            ["peak RSS (VmHWM), MiB", med["report"]["peak_rss_mb"], med["bare"]["peak_rss_mb"],
+             f"{f['report_over_bare_peak_rss']:.2f}x", f"<= {TARGET_RATIO_RSS}x", _verdict(t["meets_rss"])],
+        ]),
         "",
-        "where the time goes (median s per query; ratio = median of per-repeat report/bare):",
+        "every run (s, MiB):",
+        table(["process", "median s", "min..max s", "median peak MiB", "min..max MiB"], [
+            [label, med[k]["seconds"], _span([x["seconds"] for x in runs[k]], 3), med[k]["peak_rss_mb"],
+             _span([x["peak_rss_mb"] for x in runs[k]], 0)]
+            for k, label in (("report", "llmslo report --by model,finish_reason --json"),
+                             ("bare", "python -c <duckdb: bare main aggregate>"),
+                             ("cli_version", "start-up: python -m llmslo.cli --version"),
+                             ("cli_empty", "start-up + imports: llmslo report on an empty store"),
+                             ("bare_startup", "start-up: python -c 'import duckdb; connect'"))
+        ]),
+        "",
+        "in this process (not the figure), median s per query:",
     ]
-    sm, sr = f["steps_median_s"], f["report_over_bare_by_step"]
-    step_rows: list[list[object]] = [
-        [k, sm["report"].get(k), sm["bare"].get(k), f"{sr[k]:.2f}x" if k in sr else ""]
-        for k in ("span", "main", "itl_check", "itl", "km", "other") if k in sm["report"] or k in sm["bare"]
-    ]
+    sm = f["inproc_steps_median_s"]
+    kinds = [k for k in ("presence", "span", "main", "itl_check", "itl", "km", "other")
+             if k in sm["report"] or k in sm["bare"]]
+    rows: list[list[object]] = [[k, sm["report"].get(k), sm["bare"].get(k)] for k in kinds]
+    rows.append(["total", median(f["inproc_seconds"]["report"]), median(f["inproc_seconds"]["bare"])])
+    out.append(table(["query", "build_report", "bare SQL (main + row-level KM)"], rows))
     if f["pandas_repeat"]:
-        step_rows.append(["pandas: latency+goodput, KM", sm["pandas"].get("latency_goodput"),
-                          sm["pandas"].get("km"), ""])
-    out += [table(["step", "report", "bare", "report/bare"], step_rows), ""]
-    if f["peak_rss"]:
-        rss_rows = [[k, v["seconds"], v["rss_before_mb"], v["peak_rss_mb"]] for k, v in f["peak_rss"].items()]
-        out += ["peak memory, one run in a fresh process "
-                "(MiB; before = after imports and opening the store):",
-                table(["step", "seconds", "RSS before", "peak RSS (VmHWM)"], rss_rows), ""]
+        ps = median(f["pandas_seconds"])
+        out += ["", f"pandas (frame loaded in {f['pandas_load_s']:.1f} s, not timed): {ps:.1f} s incl. KM "
+                f"{f['pandas_km_median_s']:.1f} s; pandas / in-process report = "
+                f"{ps / median(f['inproc_seconds']['report']):.1f}x"]
+    out.append("")
     v = f["verification"]
-    for name in ("report_vs_bare", "report_vs_pandas"):
-        c = v[name]
-        if not c.get("checked", True):
+    for name in ("cli_json_vs_bare", "report_vs_bare", "report_vs_pandas"):
+        if name not in v:
             continue
+        c = v[name]
         state = "EQUAL" if c["equal"] else f"{c['n_problems']} DIFFERENCES"
         out.append(f"verification {name}: {state} ({f['groups']} groups, {v['figures_per_method']} figures; "
-                   f"counts exact, quantiles within {QUANTILE_ABS_TOL:g} s, "
-                   f"means/rates within {REL_TOL:g} rel)")
+                   f"counts exact, quantiles within {QUANTILE_ABS_TOL:g} s, means/rates within {REL_TOL:g} rel)")
         out += [f"  {p}" for p in c["problems"]]
-    t = f["targets"]
-    out.append(f"target report/bare <= {TARGET_RATIO_BARE}x: {f['report_over_bare']:.2f}x "
-               f"{_verdict(t['meets_ratio'])} (report/best bare {f['report_over_best_bare']:.2f}x)")
-    if t["meets_speedup"] is not None:
-        out.append(f"target pandas/report >= {TARGET_SPEEDUP_PANDAS}x: {f['pandas_over_report']:.2f}x "
-                   f"{_verdict(t['meets_speedup'])}")
-    if t["meets_rss"] is not None:
-        out.append(f"target report peak RSS < {TARGET_PEAK_RSS_MB:.0f} MiB: "
-                   f"{f['peak_rss']['report']['peak_rss_mb']:.0f} MiB {_verdict(t['meets_rss'])}")
     return "\n".join(out)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--rows", type=int, default=10_000_000, help="summaries in the store (default 10M)")
-    parser.add_argument("--repeat", type=int, default=3, help="timed repeats of each method (default 3)")
-    parser.add_argument("--pandas-repeat", type=int, default=1,
-                        help="timed pandas runs, within the first repeats (default 1; 0 skips pandas)")
+    parser.add_argument("--repeat", type=int, default=5, help="paired process runs (default 5, at least 5 "
+                        "for the figure)")
+    parser.add_argument("--inproc-repeat", type=int, default=1,
+                        help="in-process runs of build_report and the bare SQL (default 1)")
+    parser.add_argument("--pandas-repeat", type=int, default=1, help="timed pandas runs (default 1; 0 skips)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-rss", action="store_true", help="skip the peak-memory subprocess")
-    parser.add_argument("--rss-bare", action="store_true",
-                        help="also measure the peak memory of the bare SQL in a subprocess")
+    parser.add_argument("--db", type=Path, help="store to use: built there (and kept) unless it exists")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
-    parser.add_argument("--child", choices=("report", "bare"), help=argparse.SUPPRESS)
-    parser.add_argument("--db", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        child_main(args.child, args.db)
-        return
-    if args.rows < 1 or args.repeat < 1 or args.pandas_repeat < 0:
-        parser.error("--rows and --repeat must be >= 1, --pandas-repeat >= 0")
-    rss = () if args.no_rss else ("report", "bare") if args.rss_bare else ("report",)
-    figures = run(args.rows, args.repeat, args.pandas_repeat, args.seed, rss)
+    if args.rows < 1 or args.repeat < 1 or args.inproc_repeat < 1 or args.pandas_repeat < 0:
+        parser.error("--rows, --repeat and --inproc-repeat must be >= 1, --pandas-repeat >= 0")
+    figures = run(args.rows, args.repeat, args.inproc_repeat, args.pandas_repeat, args.seed, args.db)
     print(json.dumps(figures, indent=2, default=str) if args.json else render(figures))
-    checks = figures["verification"]
-    if not (checks["report_vs_bare"]["equal"] and checks["report_vs_pandas"]["equal"]):
+    if not all(c["equal"] for k, c in figures["verification"].items() if k != "figures_per_method"):
         sys.exit(1)
 
 

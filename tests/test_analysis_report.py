@@ -206,3 +206,179 @@ def test_a_group_that_sheds_most_requests_is_not_called_consistent(tmp_path: Pat
     # ... but 87% of the traffic never got an answer
     assert sb["verdict"] == "optimistic" and any("were rejected" in r for r in sb["reasons"])
     assert g["goodput_fraction"] == pytest.approx(20 / 150)
+
+
+# ---- the queries: one aggregate; Kaplan–Meier only where something is censored ----------------------
+
+T0 = 1_700_000_000.0  # a multiple of 60
+
+
+class _Recorder:
+    """A connection that records every query and its parameters on the way to DuckDB."""
+
+    def __init__(self, con: Any) -> None:
+        self.con = con
+        self.queries: list[tuple[str, Any]] = []
+
+    def sql(self, query: str, *args: Any, **kwargs: Any) -> Any:
+        self.queries.append((query, kwargs.get("params")))
+        return self.con.sql(query, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.con, name)
+
+
+_row_spec = st.tuples(
+    st.sampled_from(["a", "b", "o'neil"]),  # a quote in a group key
+    st.sampled_from(["ok", "ok", "one", "rejected", "cancel", "itl"]),
+    st.one_of(st.sampled_from([0.05, 0.1, 0.5, 2.0, 3.0]), st.floats(0.01, 5)),  # ties, bucket bounds
+    st.floats(0.0, 3.0),
+    st.integers(0, 600),  # arrival offset, s
+)
+
+
+def _spec_rows(spec: list[tuple[str, str, float, float, int]]) -> list[dict[str, Any]]:
+    rows = []
+    for i, (model, kind, ttft, decode, offset) in enumerate(spec):
+        at = {"model": model, "arrival_unix_s": T0 + offset}
+        if kind == "rejected":
+            rows.append(rejected_row(i, **at))
+        elif kind == "cancel":
+            rows.append(cancelled_row(i, waited_s=ttft, **at))
+        elif kind == "one":
+            rows.append(ok_row(i, queue_s=0.0, ttft_s=ttft, last_token_s=ttft, e2e_s=ttft, generated_tokens=1,
+                               sent_tokens=1, **at))
+        else:
+            rows.append(_success(i, ttft, decode=decode, itl_s=[0.01, decode / 10] if kind == "itl" else None,
+                                 **at))
+    return rows
+
+
+_SPECS = [ReportSpec(GoodputPolicy(), by=by) for by in ((), ("model",), ("model", "finish_reason"))]
+_SPECS += [ReportSpec(GoodputPolicy(window_s=60.0), by=by) for by in (("finish_reason",), ("model",))]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_row_spec, min_size=1, max_size=50))
+def test_every_figure_is_the_same_when_every_group_goes_through_kaplan_meier(
+    tmp_path_factory: pytest.TempPathFactory, spec: list[tuple[str, str, float, float, int]],
+) -> None:
+    # A group without censored rows takes its censoring-aware TTFT from the main aggregate's
+    # quantile_disc; forcing every group through the ranking method (the bound of the shortcut set to
+    # one row) must give the same report, figure for figure.
+    from unittest import mock
+
+    from llmslo.analysis.report import _sql
+
+    with _store(tmp_path_factory.mktemp("km") / "s.duckdb", _spec_rows(spec)) as store:
+        for report_spec in _SPECS:
+            fast = build_report(store.con, report_spec).to_dict()
+            with mock.patch.object(_sql, "inverse_cdf_max_n", lambda quantiles: 1):
+                ranked = build_report(store.con, report_spec).to_dict()
+            assert fast == ranked
+
+
+def _km_plain(t: np.ndarray, event: np.ndarray, qs: list[float]) -> list[float | None]:
+    """The product-limit estimator written out: S *= 1 - d/n at each event time; first S <= 1 - q."""
+    out: list[float | None] = [None] * len(qs)
+    s = 1.0
+    for u in np.unique(t[event]):
+        s *= 1.0 - int(np.sum(event & (t == u))) / int(np.sum(t >= u))
+        out = [o if o is not None or s > 1.0 - q + 1e-12 else float(u) for o, q in zip(out, qs, strict=True)]
+    return out
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_row_spec, min_size=1, max_size=60))
+def test_ttft_figures_match_numpy_and_a_plain_kaplan_meier_per_group(
+    tmp_path_factory: pytest.TempPathFactory, spec: list[tuple[str, str, float, float, int]],
+) -> None:
+    rows = _spec_rows(spec)
+    with _store(tmp_path_factory.mktemp("ttft") / "s.duckdb", rows) as store:
+        reports = {by: build_report(store.con, ReportSpec(GoodputPolicy(), by=by)).to_dict()
+                   for by in (("model",), ("model", "finish_reason"))}
+    for by, rep in reports.items():
+        for g in rep["groups"]:
+            mine = [r for r in rows if all(r[k] == g["keys"][k] for k in by)]
+            ttft = np.array([r["ttft_s"] for r in mine if r.get("ttft_s") is not None])
+            lat = g["latency"]["ttft_s"]
+            assert lat["count"] == ttft.size
+            assert [b["count"] for b in lat["buckets"][:-1]] == [
+                int(np.sum(ttft <= b["le"])) for b in lat["buckets"][:-1]]  # inclusive bounds
+            so = g["survivor_bias"]["ttft_success_only"]
+            ok = np.array([r["ttft_s"] for r in mine if r["finish_reason"] in ("stop", "length")
+                           and r.get("ttft_s") is not None])
+            assert so["count"] == ok.size
+            if ok.size:
+                np.testing.assert_allclose([so["p50"], so["p90"], so["p99"]], np.percentile(ok, [50, 90, 99]),
+                                           rtol=1e-12, atol=1e-12)
+            else:
+                assert so["p50"] is None and so["p99"] is None
+            admitted = [r for r in mine if r["finish_reason"] != "rejected"]
+            km = g["survivor_bias"]["ttft_censoring_aware"]
+            t = np.array([r["ttft_s"] if r.get("ttft_s") is not None else r["e2e_s"] for r in admitted])
+            event = np.array([r.get("ttft_s") is not None for r in admitted], dtype=bool)
+            assert (km["count"], km["events"], km["censored"]) == (t.size, int(event.sum()), int((~event).sum()))
+            want = _km_plain(t, event, [0.5, 0.9, 0.99])
+            for label, w in zip(("p50", "p90", "p99"), want, strict=True):
+                assert (km[label] is None and w is None) or km[label] == pytest.approx(w, abs=1e-12), (label, km)
+            cens = t[~event] if t.size else t
+            assert km["at_least_s"] == (float(cens.max()) if cens.size else None)
+
+
+def test_kaplan_meier_runs_only_over_the_groups_with_censored_rows(tmp_path: Path) -> None:
+    rows = [_success(i, 0.1 * (i % 7), model="a") for i in range(30)]
+    rows += [_success(100 + i, 0.2 + 0.01 * i, model="b'c") for i in range(30)]
+    rows += [cancelled_row(200 + i, waited_s=5.0 + i, model="b'c") for i in range(5)]
+    rows += [rejected_row(300 + i, model="d") for i in range(5)]
+    with _store(tmp_path / "s.duckdb", rows) as store:
+        rec = _Recorder(store.con)
+        rep = build_report(rec, ReportSpec(GoodputPolicy(), by=("model",))).to_dict()  # type: ignore[arg-type]
+        km_queries = [(q, p) for q, p in rec.queries if "_km_" in q]
+        assert len(km_queries) == 1
+        (query, params), = km_queries
+        assert params == [["b'c"]]  # the one group with a censored row
+        assert "model IN ('b''c')" in query  # and a filter that DuckDB pushes into the scan
+        rec.queries.clear()
+        build_report(rec, ReportSpec(GoodputPolicy(), by=("finish_reason",)))  # type: ignore[arg-type]
+        assert [p for q, p in rec.queries if "_km_" in q] == [[["client_cancel"]]]
+    # without any censored row there is no Kaplan-Meier query at all
+    with _store(tmp_path / "clean.duckdb", [r for r in rows if r["finish_reason"] != "client_cancel"]) as store:
+        rec = _Recorder(store.con)
+        clean = build_report(rec, ReportSpec(GoodputPolicy(), by=("model",))).to_dict()  # type: ignore[arg-type]
+        assert not [q for q, _ in rec.queries if "_km_" in q]
+    assert [g["survivor_bias"]["ttft_censoring_aware"]["count"] for g in clean["groups"]] == [30, 30, 0]
+    groups = {g["keys"]["model"]: g["survivor_bias"]["ttft_censoring_aware"] for g in rep["groups"]}
+    a = sorted(0.1 * (i % 7) for i in range(30))
+    assert groups["a"]["p50"] == a[14] and groups["a"]["p90"] == a[26] and groups["a"]["p99"] == a[29]
+    assert groups["a"]["censored"] == 0 and groups["a"]["at_least_s"] is None
+    assert groups["b'c"]["censored"] == 5 and groups["b'c"]["at_least_s"] == 9.0
+    assert groups["d"]["count"] == 0 and groups["d"]["p50"] is None
+
+
+def test_an_interval_null_everywhere_costs_no_aggregate_and_reports_zero_counts(tmp_path: Path) -> None:
+    rows = [_success(i, 0.3 + 0.01 * i) for i in range(10)]  # no client_ttft_s, no itl_s anywhere
+    with _store(tmp_path / "s.duckdb", rows) as store:
+        rec = _Recorder(store.con)
+        rep = build_report(rec, ReportSpec(GoodputPolicy())).to_dict()  # type: ignore[arg-type]
+    aggregates = [q for q, _ in rec.queries if "quantile_cont" in q]
+    assert len(aggregates) == 1 and "client_ttft_s" not in aggregates[0]
+    assert not any("unnest(itl_s)" in q for q, _ in rec.queries)
+    lat = _only(rep)["latency"]
+    for name in ("client_ttft_s", "itl_s"):
+        assert lat[name]["count"] == 0 and lat[name]["mean"] is None and lat[name]["max"] is None
+        assert lat[name]["p50"] is None and {b["count"] for b in lat[name]["buckets"]} == {0}
+    assert lat["ttft_s"]["count"] == 10
+
+
+def test_bucket_counts_are_inclusive_at_each_bound(tmp_path: Path) -> None:
+    from llmslo.analysis.report._sql import bucket_bounds
+
+    policy = GoodputPolicy()
+    bounds = bucket_bounds("ttft_s", policy)
+    values = [b for b in bounds] + [float(np.nextafter(b, np.inf)) for b in bounds] + [1e-4, 1e4]
+    rows = [_success(i, v) for i, v in enumerate(values)]
+    with _store(tmp_path / "s.duckdb", rows) as store:
+        buckets = _only(build_report(store.con, ReportSpec(policy)).to_dict())["latency"]["ttft_s"]["buckets"]
+    assert [b["le"] for b in buckets] == [*bounds, "+Inf"]
+    assert [b["count"] for b in buckets] == [sum(v <= b for v in values) for b in bounds] + [len(values)]

@@ -13,7 +13,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmslo.analysis.report._survival import km_quantiles, km_quantiles_sql, quantile_label
+from llmslo.analysis.report import _survival as survival
+from llmslo.analysis.report._survival import (
+    KM_TOLERANCE,
+    inverse_cdf_max_n,
+    km_quantiles,
+    km_quantiles_by_id_sql,
+    km_quantiles_sql,
+    quantile_decimal,
+    quantile_label,
+)
 
 # Quantiles for which numpy's "inverted_cdf" has no float artefact of its own for n <= 3000
 # (see test_no_censoring_is_the_exact_inverse_cdf_where_numpy_rounds for one that has).
@@ -294,3 +303,125 @@ def test_source_may_be_a_table_name_or_a_query() -> None:
     assert by_name.equals(km_quantiles(con, 'SELECT * FROM "s"."r"', [], [0.5, 0.9]))
     t = np.arange(1.0, 11.0)
     assert [by_name["p50"][0], by_name["p90"][0]] == km_reference(t, t % 4 != 0, [0.5, 0.9])
+
+
+# --- (6) groups without censoring: quantile_disc with DECIMAL fractions --------------------------------
+
+# Decimal quantiles for the shortcut, with 0.07 among them: there numpy's float index rounds the wrong way
+# (see above) but quantile_disc's integer arithmetic does not.
+DISC_QS = [0.07, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999]
+_ties_and_small = st.lists(
+    st.one_of(
+        st.sampled_from([0.0, 0.25, 0.5, 1.0, 3.5]),  # frequent exact ties
+        st.floats(min_value=0.0, max_value=1e4, allow_nan=False, allow_infinity=False),
+    ),
+    min_size=1,
+    max_size=250,
+)
+
+
+def _exact_inverse_cdf(xs: Sequence[float], q: float) -> float:
+    """x_(ceil(n q)) with q the decimal it is written as: the smallest x with F(x) >= q, exactly."""
+    return sorted(xs)[math.ceil(len(xs) * Fraction(quantile_decimal(q))) - 1]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_ties_and_small)
+def test_quantile_disc_with_decimal_fractions_is_the_km_quantile_without_censoring(xs: list[float]) -> None:
+    frame = pl.DataFrame({"t": pl.Series(xs, dtype=pl.Float64)})
+    _CON.register("_disc_src", frame)
+    try:
+        fractions = ", ".join(quantile_decimal(q) for q in DISC_QS)
+        (disc,) = _CON.sql(f"SELECT quantile_disc(t, [{fractions}]) FROM _disc_src").fetchall()[0]
+        ranked = _CON.sql(km_quantiles_by_id_sql("SELECT 7 AS _km_gid, t, TRUE AS event FROM _disc_src",
+                                                 DISC_QS)).fetchall()
+    finally:
+        _CON.unregister("_disc_src")
+    exact = [_exact_inverse_cdf(xs, q) for q in DISC_QS]
+    assert disc == exact
+    # the KM rule itself (ranking method, S <= 1 - q + 1e-12), no shortcut: the same order statistics
+    ((gid, n, n_events, n_censored, *km, max_censored),) = ranked
+    assert (gid, n, n_events, n_censored, max_censored) == (7, len(xs), len(xs), 0, None)
+    assert km == exact
+    # and numpy's inverted_cdf wherever numpy's own float index is right (all but 0.07 here)
+    numpy = np.quantile(np.array(xs), DISC_QS[1:], method="inverted_cdf")
+    assert disc[1:] == [float(v) for v in numpy]
+
+
+def test_quantile_decimal_and_the_exactness_bound() -> None:
+    assert [quantile_decimal(q) for q in (0.5, 0.99, 0.999, 1e-7)] == ["0.5", "0.99", "0.999", "0.0000001"]
+    assert inverse_cdf_max_n([0.5, 0.9, 0.99]) == 10**9
+    assert inverse_cdf_max_n([0.5]) == 10**10
+    assert inverse_cdf_max_n([0.999]) == 10**8
+    assert inverse_cdf_max_n([1 / 3]) == 0  # 16 decimals: no shortcut
+    assert inverse_cdf_max_n([]) == 0
+    assert KM_TOLERANCE == 10.0**-12
+    with pytest.raises(ValueError):
+        quantile_decimal(1.0)
+
+
+def _km_rule_position(n: int, q: float) -> int:
+    """The 1-based position the KM rule picks without censoring, in the floats the SQL uses: the
+    smallest k with (n - k) / n <= (1 - q) + 1e-12 (the row k has descending rank a = n - k + 1)."""
+    thr = (1.0 - q) + KM_TOLERANCE
+    k = max(1, math.ceil(n * Fraction(quantile_decimal(q))) - 3)
+    while float(n - k) / n > thr:
+        k += 1
+    return k
+
+
+def test_km_rule_equals_ceil_n_q_below_the_bound_and_not_far_above_it() -> None:
+    qs = [0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999]
+    for q in qs:
+        exact = Fraction(quantile_decimal(q))
+        bound = inverse_cdf_max_n([q])
+        for n in [*range(1, 3001), 10**6 + 1, 10**7 - 1, bound // 7, bound - 1]:
+            assert _km_rule_position(n, q) == math.ceil(n * exact), (q, n)
+    # Ten times the bound for 0.99 the tolerance wins: n = 10^10 + 99 puts n q 0.99 above an integer,
+    # (n q - k) / n is about 1e-12, and the KM rule takes the order statistic below x_(ceil(n q)).
+    n = 10**10 + 99
+    assert _km_rule_position(n, 0.99) == math.ceil(n * Fraction("0.99")) - 1
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_shortcut_and_the_ranking_method_agree_per_group(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Groups a and b have no censoring (quantile_disc), c has some (ranking); forcing every group through
+    # the ranking method changes nothing.
+    rng = np.random.default_rng(100 + seed)
+    n = 600
+    groups = rng.choice(np.array(["a", "b", "c"]), size=n)
+    t = np.round(rng.exponential(2.0, size=n), 1)
+    event = (groups != "c") | (rng.random(n) < 0.6)
+    qs = [0.1, 0.5, 0.9, 0.95, 0.99]
+    shortcut = _run(t.tolist(), event.tolist(), qs, {"g": groups.tolist()})
+    monkeypatch.setattr(survival, "inverse_cdf_max_n", lambda quantiles: 0)
+    ranked = _run(t.tolist(), event.tolist(), qs, {"g": groups.tolist()})
+    assert shortcut.equals(ranked)
+    for row in shortcut.iter_rows(named=True):
+        sel = groups == row["g"]
+        want = km_reference(t[sel], event[sel], qs)
+        assert all(_close(row[quantile_label(q)], w) for q, w in zip(qs, want, strict=True)), row
+
+
+def test_ranking_by_id_matches_the_reference_with_censoring() -> None:
+    rng = np.random.default_rng(5)
+    n = 900
+    gid = rng.integers(0, 4, size=n)
+    t = np.round(rng.exponential(1.5, size=n), 1)
+    event = rng.random(n) < np.array([1.0, 0.8, 0.4, 0.05])[gid]
+    qs = [0.5, 0.9, 0.99]
+    frame = pl.DataFrame({"_km_gid": gid, "t": t, "event": event})
+    _CON.register("_by_id_src", frame)
+    try:
+        rows = _CON.sql(km_quantiles_by_id_sql("_by_id_src", qs)).fetchall()
+    finally:
+        _CON.unregister("_by_id_src")
+    assert [r[0] for r in rows] == [0, 1, 2, 3]
+    for g, n_rows, n_events, n_censored, *got, max_censored in rows:
+        sel = gid == g
+        assert (n_rows, n_events, n_censored) == (sel.sum(), event[sel].sum(), (~event[sel]).sum())
+        assert all(_close(a, b) for a, b in zip(got, km_reference(t[sel], event[sel], qs), strict=True))
+        cens = t[sel & ~event]
+        assert max_censored == (float(cens.max()) if cens.size else None)
+    with pytest.raises(ValueError):
+        km_quantiles_by_id_sql("_by_id_src", [])

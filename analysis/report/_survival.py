@@ -26,43 +26,70 @@ caller can then report "at least ``max_censored_t``". With no censoring ``S(t) =
 empirical CDF ``F``, and the KM quantile equals the inverse empirical CDF
 (``numpy.quantile(x, q, method="inverted_cdf")``).
 
-Computation (all in SQL; no row reaches Python). One hash aggregate reads the source once and keeps,
-per group, the totals and the group's rows as a list sorted by time descending, so that a row's list
-index is its descending rank ``a`` (rows at or after it in time; at a tie censorings sort first, which
-puts events before censorings in time). Over the rows in time order the product telescopes::
+Computation (all in SQL; no row reaches Python).
 
-    S after event row j = Π_{event rows i <= j} (a_i - 1) / a_i
-                        = ((a_j - 1) / N) · Π_{censored rows i before j} a_i / (a_i - 1)
+1. A group without a censored row needs no product at all: its KM q-quantile is the inverse empirical
+   CDF, the order statistic ``x_(ceil(N q))`` of its ``N`` times. DuckDB's ``quantile_disc`` with
+   DECIMAL fractions computes exactly that index in integer arithmetic. With the ``1e-12`` tolerance
+   the KM rule picks the same order statistic as long as ``N · 10^s < 10^11`` where ``s`` is the number
+   of decimals of ``q`` (then ``N q`` is either an integer or at least ``10^-s`` from the next one, far
+   more than ``N · 1e-12``); :func:`inverse_cdf_max_n` is that bound. Such groups are answered by the
+   grouping aggregate itself, without ranking their rows.
+2. The other groups (censored rows, or too large for step 1) are numbered by an INTEGER id (DuckDB 2.0
+   partitions a window about twice as fast by a 32-bit key as by a BIGINT, and several times faster
+   than by text keys) and their rows ranked by one window sort,
+   ``row_number() OVER (PARTITION BY id ORDER BY t DESC, event)``: the
+   rank ``a`` of a row is the number of rows at or after it in time (at a tie censorings rank first,
+   which puts events before censorings in time). Over the rows in time order the product telescopes::
 
-(``N`` rows in the group; tied events multiply out to ``(n_u - d_u) / n_u``). The censoring factor is
-a window ``SUM`` of ``LN(a / (a - 1))`` over the censored rows only (each factor finite, ``a >= 2``;
-no ``LN(0)``: ``d = n`` simply gives ``a_j - 1 = 0``). Between two censored rows it is constant, so
-``S`` is linear in ``a`` there and the first event row with ``S <= 1 - q`` is found by arithmetic and
-read from the sorted list by index. Without censoring the factor is exactly 1 and
-``S = (a_j - 1) / N`` is one correctly rounded division, so the result is the inverse empirical CDF.
-Cost: one sort of the rows per group plus a window over the censored rows; group keys are never sort
-keys (long string keys make DuckDB's sorts slow).
+       S after event row j = Π_{event rows i <= j} (a_i - 1) / a_i
+                           = ((a_j - 1) / N) · Π_{censored rows i before j} a_i / (a_i - 1)
+
+   (tied events multiply out to ``(n_u - d_u) / n_u``). The censoring factor is a window ``SUM`` of
+   ``LN(a / (a - 1))`` over the censored rows only (each factor finite, ``a >= 2``; no ``LN(0)``:
+   ``d = n`` simply gives ``a_j - 1 = 0``). Between two censored rows it is constant, so ``S`` is linear
+   in ``a`` there and the first event row with ``S <= 1 - q`` is found by arithmetic; its time is read
+   back by a join on ``(id, a)``. No per-group list is built, group keys are never sort keys, and the
+   only sorts are the one ranking of those groups' rows and a smaller one over their censored rows.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Sequence
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 import duckdb
-import polars as pl
 
-__all__ = ["KM_TOLERANCE", "km_quantiles", "km_quantiles_sql", "quantile_label"]
+if TYPE_CHECKING:
+    import polars as pl
+
+__all__ = [
+    "KM_TOLERANCE",
+    "inverse_cdf_max_n",
+    "km_quantiles",
+    "km_quantiles_by_id_sql",
+    "km_quantiles_sql",
+    "quantile_decimal",
+    "quantile_label",
+]
 
 KM_TOLERANCE = 1e-12
 """Slack in ``S(t) <= 1 - q + KM_TOLERANCE``: absorbs float rounding of the survival product."""
+_TOLERANCE_DIGITS = 12
+"""``KM_TOLERANCE == 10 ** -_TOLERANCE_DIGITS`` (used for the exact bound of :func:`inverse_cdf_max_n`)."""
+_MAX_DECIMALS = 10
+"""Quantiles with more decimals than this get no ``quantile_disc`` shortcut (every group goes through KM)."""
 
 _NAME = re.compile(r'(?:[A-Za-z_][A-Za-z0-9_]*|"(?:[^"]|"")+")(?:\.(?:[A-Za-z_][A-Za-z0-9_]*|"(?:[^"]|"")+"))*')
 _RESERVED = frozenset({"t", "event", "n", "n_events", "n_censored", "max_censored_t"})
+_MESSAGE = "km_quantiles: every t must be finite, non-null and >= 0, and every event non-null"
 
 
+@functools.lru_cache(maxsize=256)
 def quantile_label(q: float) -> str:
     """Column label of the quantile ``q`` (a fraction in (0, 1)): ``"p"`` + the decimal digits of ``q``.
 
@@ -73,12 +100,43 @@ def quantile_label(q: float) -> str:
 
     Raises ``ValueError`` unless ``0 < q < 1``.
     """
+    digits = quantile_decimal(q).split(".", 1)[1]
+    return "p" + digits.ljust(2, "0")
+
+
+@functools.lru_cache(maxsize=256)
+def quantile_decimal(q: float) -> str:
+    """The shortest round-trip decimal form of the fraction ``q``, never in exponent form (``"0.99"``).
+
+    As a SQL literal it is a DECIMAL, which DuckDB's ``quantile_disc`` turns into an index with exact
+    integer arithmetic. Raises ``ValueError`` unless ``0 < q < 1``.
+    """
     qf = float(q)
     if not (math.isfinite(qf) and 0.0 < qf < 1.0):
         raise ValueError(f"quantile must be strictly between 0 and 1, got {q!r}")
     text = format(Decimal(repr(qf)), "f")  # shortest round-trip decimal, never in exponent form
-    digits = text.split(".", 1)[1].rstrip("0")
-    return "p" + digits.ljust(2, "0")
+    whole, digits = text.split(".", 1)
+    return f"{whole}.{digits.rstrip('0')}"
+
+
+def inverse_cdf_max_n(quantiles: Sequence[float]) -> int:
+    """The group size (rows) below which, without censoring, the KM quantile is ``quantile_disc``.
+
+    For a group of ``N`` uncensored times the KM rule (smallest event time with
+    ``S <= 1 - q + KM_TOLERANCE``, ``S = (a - 1) / N`` one correctly rounded division) and the exact
+    inverse empirical CDF (``x_(ceil(N q))``, DuckDB's ``quantile_disc`` with a DECIMAL fraction) pick
+    the same order statistic whenever ``N · 10^s · 10 <= 10^12`` (``s``: the decimals of ``q``; the
+    factor 10 leaves room for the float rounding): a miss would need ``q - k / N`` in
+    ``(0, KM_TOLERANCE]``, but it is either 0 or at least ``10^-s / N``. Returns ``10 ** (11 - s)`` for
+    the largest ``s`` among ``quantiles``, or 0 (no shortcut) when a quantile has more than 10 decimals
+    or there is none. Raises ``ValueError`` for a quantile outside (0, 1).
+    """
+    if not quantiles:
+        return 0
+    decimals = max(len(quantile_decimal(q).split(".", 1)[1]) for q in quantiles)
+    if decimals > _MAX_DECIMALS:
+        return 0
+    return int(10 ** (_TOLERANCE_DIGITS - 1 - decimals))
 
 
 def _quote(name: str) -> str:
@@ -95,79 +153,24 @@ def _survival(a: str, n: str, ef: str) -> str:
     return f"((CAST(({a}) - 1 AS DOUBLE) / {n}) * {ef})"
 
 
-def km_quantiles_sql(source_sql: str, group_cols: Sequence[str], quantiles: Sequence[float]) -> str:
-    """SQL query computing Kaplan–Meier quantiles of ``t`` (seconds) per group of ``source_sql``.
-
-    ``source_sql`` yields ``group_cols`` plus ``t`` (DOUBLE seconds, finite, ``>= 0``) and ``event``
-    (BOOLEAN: TRUE observed at ``t``, FALSE right-censored at ``t``); see the module docstring for the
-    estimator. ``source_sql`` is a query or a table/view name; it appears once in the SQL and is read
-    once, so it may contain ``?`` parameters and need not be deterministic.
-
-    The query returns one row per group, ordered by the group columns (exactly one row when
-    ``group_cols`` is empty, even for an empty source), with columns:
-
-    * the group columns (NULL is a group value like any other);
-    * ``n`` (BIGINT rows), ``n_events`` (BIGINT), ``n_censored`` (BIGINT);
-    * one DOUBLE column per quantile, named by :func:`quantile_label`, in seconds: the KM quantile,
-      NULL when the survival curve never falls to ``1 - q``;
-    * ``max_censored_t`` (DOUBLE seconds): the largest censored time, NULL when nothing is censored.
-
-    Running it raises an error (DuckDB ``InvalidInputException``) if a ``t`` is null, negative or not
-    finite, or an ``event`` is null. Raises ``ValueError`` for a quantile outside (0, 1), two quantiles
-    with the same label, or a group column that is reserved (``t``, ``event``, an output name, or a
-    name starting with ``_km_``) or repeated.
-    """
-    groups = list(group_cols)
+def _checked_labels(quantiles: Sequence[float]) -> tuple[list[float], list[str]]:
     qs = [float(q) for q in quantiles]
     labels = [quantile_label(q) for q in qs]
     if len(set(labels)) != len(labels):
         raise ValueError(f"duplicate quantiles: {list(quantiles)!r}")
-    reserved = _RESERVED | set(labels)
-    for g in groups:
-        if g in reserved or g.startswith("_km_"):
-            raise ValueError(f"group column name {g!r} is reserved")
-    if len(set(groups)) != len(groups):
-        raise ValueError(f"repeated group column: {groups!r}")
+    return qs, labels
 
-    source = source_sql.strip() if _NAME.fullmatch(source_sql.strip()) else f"({source_sql})"
-    gq = [_quote(g) for g in groups]
-    gsel = "".join(f"{g}, " for g in gq)
-    group_by = f"GROUP BY {', '.join(gq)}" if gq else ""
-    order_by = f"ORDER BY {', '.join(f'agg.{g}' for g in gq)}" if gq else ""
-    message = "km_quantiles: every t must be finite, non-null and >= 0, and every event non-null"
-    bad = "_km_t IS NULL OR NOT isfinite(_km_t) OR _km_t < 0 OR _km_e IS NULL"
-    # One row per group: totals, and (only if quantiles are wanted) every row of the group as a list
-    # sorted by time descending, so that the list index of a row is its descending rank a = number of
-    # rows at or after it in time. At a tie, censorings come first in this order (events before
-    # censorings in time order), so a row censored at t is still at risk for the events at t.
-    rows_list = (
-        ",\n      list(struct_pack(t := _km_t, e := _km_e) ORDER BY _km_t DESC, _km_e) AS _km_rows" if qs else ""
-    )
-    head = f"""WITH _km_agg AS MATERIALIZED (
-  SELECT ROW_NUMBER() OVER () AS _km_gid, *
-  FROM (
-    SELECT {gsel}COUNT(*) AS _km_n,
-      COUNT(*) FILTER (WHERE _km_e) AS _km_ne,
-      COUNT(*) FILTER (WHERE NOT _km_e) AS _km_nc,
-      MAX(_km_t) FILTER (WHERE NOT _km_e) AS _km_maxc,
-      COALESCE(bool_or({bad}), FALSE) AS _km_bad{rows_list}
-    FROM (
-      SELECT {gsel}CAST(t AS DOUBLE) AS _km_t, CAST(event AS BOOLEAN) AS _km_e
-      FROM {source} AS _km_source
-    ) AS _km_typed
-    {group_by}
-  ) AS _km_grouped
-)"""
-    tail = f"""SELECT {"".join(f"agg.{g}, " for g in gq)}
-  CASE WHEN agg._km_bad THEN error('{message}') ELSE agg._km_n END AS n,
-  agg._km_ne AS n_events, agg._km_nc AS n_censored,"""
-    if not qs:
-        return f"""{head}
-{tail}
-  agg._km_maxc AS max_censored_t
-FROM _km_agg AS agg
-{order_by}"""
 
+def _km_ctes(rows: str, qs: Sequence[float], labels: Sequence[str]) -> str:
+    """CTEs (text after ``WITH``, ending with ``_km_est``) computing KM quantiles per integer group.
+
+    ``rows`` names a relation with ``_km_gid`` (INTEGER group id: DuckDB 2.0 partitions a window about
+    twice as fast by a 32-bit key as by a BIGINT), ``_km_t`` (DOUBLE seconds, valid) and
+    ``_km_e`` (BOOLEAN event). ``_km_tot`` and ``_km_est`` have one row per id present there:
+    ``_km_tot`` the totals (``_km_n`` rows, ``_km_ne`` events, ``_km_nc`` censored, ``_km_maxc`` the
+    largest censored time), ``_km_est`` ``_km_gid`` and one DOUBLE column per label (NULL where the
+    curve never falls to ``1 - q``).
+    """
     # Row-level form of the product. Over the rows in time order, with a_i the descending rank,
     #   S after event row j = Π_{event rows i <= j} (a_i - 1) / a_i
     #                       = ((a_j - 1) / N) · Π_{censored rows i before j} a_i / (a_i - 1)
@@ -185,24 +188,30 @@ FROM _km_agg AS agg
     q_index = ", ".join(str(i) for i in range(len(qs)))
     q_thr = ", ".join(thresholds)
     q_pick = ", ".join(f"_km_s{i}" for i in range(len(qs)))
-    quantile_out = "".join(
-        f"\n  (agg._km_rows[tg._km_targets[{i + 1}]]).t AS {_quote(label)}," for i, label in enumerate(labels)
+    pivot = ",\n    ".join(
+        f"max(CASE WHEN tg._km_q = {i} THEN r._km_t END) AS {_quote(label)}" for i, label in enumerate(labels)
     )
-    return f"""{head},
+    return f"""_km_rows AS MATERIALIZED (
+  SELECT _km_gid, _km_t, _km_e,
+    row_number() OVER (PARTITION BY _km_gid ORDER BY _km_t DESC, _km_e) AS _km_a
+  FROM {rows}
+),
+_km_tot AS (
+  SELECT _km_gid, count(*) AS _km_n, count_if(_km_e) AS _km_ne, count_if(NOT _km_e) AS _km_nc,
+    max(_km_t) FILTER (WHERE NOT _km_e) AS _km_maxc
+  FROM _km_rows GROUP BY _km_gid
+),
 _km_cens AS (
   SELECT _km_gid, _km_n, _km_a,
     LEAD(_km_a, 1, 0) OVER (PARTITION BY _km_gid ORDER BY _km_a DESC) AS _km_next,
     SUM(CASE WHEN _km_a > 1 AND _km_a <= _km_n THEN LN(CAST(_km_a AS DOUBLE) / (_km_a - 1)) ELSE 0 END)
       OVER (PARTITION BY _km_gid ORDER BY _km_a DESC ROWS UNBOUNDED PRECEDING) AS _km_f
   FROM (
-    SELECT _km_gid, _km_n, _km_a
-    FROM (
-      SELECT _km_gid, _km_n, UNNEST(_km_rows) AS _km_x, generate_subscripts(_km_rows, 1) AS _km_a
-      FROM _km_agg
-    ) AS _km_all
-    WHERE NOT _km_x.e
+    SELECT r._km_gid, tot._km_n, r._km_a
+    FROM _km_rows AS r JOIN _km_tot AS tot ON r._km_gid = tot._km_gid
+    WHERE NOT r._km_e
     UNION ALL
-    SELECT _km_gid, _km_n, _km_n + 1 AS _km_a FROM _km_agg
+    SELECT _km_gid, _km_n, _km_n + 1 AS _km_a FROM _km_tot
   ) AS _km_c
 ),
 _km_pick AS (
@@ -221,21 +230,140 @@ _km_guess AS (
     FROM _km_pick
   ) AS _km_unpivot
 ),
-_km_tg AS (
-  SELECT _km_gid,
-    list(
-      CASE WHEN c < hi AND {_survival("c + 1", "n", "ef")} <= thr THEN c + 1
-        WHEN {_survival("c", "n", "ef")} <= thr THEN c
-        WHEN c > lo AND {_survival("c - 1", "n", "ef")} <= thr THEN c - 1
-        ELSE lo END
-      ORDER BY _km_q
-    ) AS _km_targets
+_km_target AS (
+  SELECT _km_gid, _km_q,
+    CASE WHEN c < hi AND {_survival("c + 1", "n", "ef")} <= thr THEN c + 1
+      WHEN {_survival("c", "n", "ef")} <= thr THEN c
+      WHEN c > lo AND {_survival("c - 1", "n", "ef")} <= thr THEN c - 1
+      ELSE lo END AS _km_a
   FROM _km_guess
-  GROUP BY _km_gid
-)
+),
+_km_est AS (
+  SELECT tg._km_gid,
+    {pivot}
+  FROM _km_rows AS r JOIN _km_target AS tg ON r._km_gid = tg._km_gid AND r._km_a = tg._km_a
+  GROUP BY tg._km_gid
+)"""
+
+
+def km_quantiles_by_id_sql(source_sql: str, quantiles: Sequence[float]) -> str:
+    """SQL computing Kaplan–Meier quantiles of ``t`` (seconds) per integer group id, by the ranking method.
+
+    ``source_sql`` (a query or a table/view name, read once) yields ``_km_gid`` (an integer group id that
+    fits a 32-bit INTEGER),
+    ``t`` (DOUBLE seconds, finite, ``>= 0``, non-null: not checked here) and ``event`` (BOOLEAN, TRUE
+    observed at ``t``, FALSE right-censored at ``t``). The query returns one row per id present, ordered
+    by id: ``_km_gid``, ``n`` (BIGINT rows), ``n_events``, ``n_censored``, one DOUBLE column per quantile
+    named by :func:`quantile_label`, in seconds (NULL where the survival curve never falls to ``1 - q``),
+    and ``max_censored_t`` (DOUBLE seconds, NULL when nothing is censored). It always runs step 2 of the module
+    docstring (no ``quantile_disc`` shortcut): the caller sends only the groups that need it, e.g. those
+    with censored rows. Raises ``ValueError`` for no quantile, a quantile outside (0, 1) or two with the
+    same label.
+    """
+    qs, labels = _checked_labels(quantiles)
+    if not qs:
+        raise ValueError("km_quantiles_by_id_sql needs at least one quantile")
+    source = source_sql.strip() if _NAME.fullmatch(source_sql.strip()) else f"({source_sql})"
+    cols = "".join(f"est.{_quote(label)}, " for label in labels)
+    return f"""WITH _km_in AS (
+  SELECT CAST(_km_gid AS INTEGER) AS _km_gid, CAST(t AS DOUBLE) AS _km_t, CAST(event AS BOOLEAN) AS _km_e
+  FROM {source} AS _km_source
+),
+{_km_ctes("_km_in", qs, labels)}
+SELECT tot._km_gid, tot._km_n AS n, tot._km_ne AS n_events, tot._km_nc AS n_censored,
+  {cols}tot._km_maxc AS max_censored_t
+FROM _km_tot AS tot LEFT JOIN _km_est AS est ON tot._km_gid = est._km_gid
+ORDER BY tot._km_gid"""
+
+
+def km_quantiles_sql(source_sql: str, group_cols: Sequence[str], quantiles: Sequence[float]) -> str:
+    """SQL query computing Kaplan–Meier quantiles of ``t`` (seconds) per group of ``source_sql``.
+
+    ``source_sql`` yields ``group_cols`` plus ``t`` (DOUBLE seconds, finite, ``>= 0``) and ``event``
+    (BOOLEAN: TRUE observed at ``t``, FALSE right-censored at ``t``); see the module docstring for the
+    estimator and the method (``quantile_disc`` for the groups without censoring, the ranking method
+    for the others). ``source_sql`` is a query or a table/view name; it appears once in the SQL and is
+    read once (its typed rows are materialised), so it may contain ``?`` parameters and need not be
+    deterministic.
+
+    The query returns one row per group, ordered by the group columns (exactly one row when
+    ``group_cols`` is empty, even for an empty source), with columns:
+
+    * the group columns (NULL is a group value like any other);
+    * ``n`` (BIGINT rows), ``n_events`` (BIGINT), ``n_censored`` (BIGINT);
+    * one DOUBLE column per quantile, named by :func:`quantile_label`, in seconds: the KM quantile,
+      NULL when the survival curve never falls to ``1 - q``;
+    * ``max_censored_t`` (DOUBLE seconds): the largest censored time, NULL when nothing is censored.
+
+    Running it raises an error (DuckDB ``InvalidInputException``) if a ``t`` is null, negative or not
+    finite, or an ``event`` is null. Raises ``ValueError`` for a quantile outside (0, 1), two quantiles
+    with the same label, or a group column that is reserved (``t``, ``event``, an output name, or a
+    name starting with ``_km_``) or repeated.
+    """
+    groups = list(group_cols)
+    qs, labels = _checked_labels(quantiles)
+    reserved = _RESERVED | set(labels)
+    for g in groups:
+        if g in reserved or g.startswith("_km_"):
+            raise ValueError(f"group column name {g!r} is reserved")
+    if len(set(groups)) != len(groups):
+        raise ValueError(f"repeated group column: {groups!r}")
+
+    source = source_sql.strip() if _NAME.fullmatch(source_sql.strip()) else f"({source_sql})"
+    gq = [_quote(g) for g in groups]
+    gsel = "".join(f"{g}, " for g in gq)
+    group_by = f"GROUP BY {', '.join(gq)}" if gq else ""
+    order_by = f"ORDER BY {', '.join(f'grp.{g}' for g in gq)}" if gq else ""
+    bad = "_km_t IS NULL OR NOT isfinite(_km_t) OR _km_t < 0 OR _km_e IS NULL"
+    max_n = inverse_cdf_max_n(qs)
+    disc = (
+        f",\n    quantile_disc(_km_t, [{', '.join(quantile_decimal(q) for q in qs)}]) AS _km_disc"
+        if max_n else ""
+    )
+    needs_km = f"(_km_nc > 0 OR _km_n >= {max_n})" if max_n else "TRUE"
+    # One hash aggregate numbers the groups and answers the ones without censoring; their rows are never
+    # ranked. The typed source is materialised so that it is read once.
+    head = f"""WITH _km_typed AS MATERIALIZED (
+  SELECT {gsel}CAST(t AS DOUBLE) AS _km_t, CAST(event AS BOOLEAN) AS _km_e FROM {source} AS _km_source
+),
+_km_grp AS MATERIALIZED (
+  SELECT *, {needs_km} AS _km_needs, CAST(ROW_NUMBER() OVER () AS INTEGER) AS _km_gid
+  FROM (
+    SELECT {gsel}COUNT(*) AS _km_n,
+      COUNT(*) FILTER (WHERE _km_e) AS _km_ne,
+      COUNT(*) FILTER (WHERE NOT _km_e) AS _km_nc,
+      MAX(_km_t) FILTER (WHERE NOT _km_e) AS _km_maxc,
+      COALESCE(bool_or({bad}), FALSE) AS _km_bad{disc if qs else ""}
+    FROM _km_typed
+    {group_by}
+  ) AS _km_grouped
+)"""
+    tail = f"""SELECT {"".join(f"grp.{g}, " for g in gq)}
+  CASE WHEN grp._km_bad THEN error('{_MESSAGE}') ELSE grp._km_n END AS n,
+  grp._km_ne AS n_events, grp._km_nc AS n_censored,"""
+    if not qs:
+        return f"""{head}
+{tail}
+  grp._km_maxc AS max_censored_t
+FROM _km_grp AS grp
+{order_by}"""
+
+    match = " AND ".join(f"typed.{g} IS NOT DISTINCT FROM grp.{g}" for g in gq) or "TRUE"
+    quantile_out = "".join(
+        f"\n  CASE WHEN grp._km_needs THEN est.{_quote(label)} ELSE grp._km_disc[{i + 1}] END AS {_quote(label)},"
+        if max_n else f"\n  est.{_quote(label)} AS {_quote(label)},"
+        for i, label in enumerate(labels)
+    )
+    return f"""{head},
+_km_ranked_in AS (
+  SELECT grp._km_gid, typed._km_t, typed._km_e
+  FROM _km_typed AS typed JOIN _km_grp AS grp ON {match}
+  WHERE grp._km_needs
+),
+{_km_ctes("_km_ranked_in", qs, labels)}
 {tail}{quantile_out}
-  agg._km_maxc AS max_censored_t
-FROM _km_agg AS agg LEFT JOIN _km_tg AS tg ON agg._km_gid = tg._km_gid
+  grp._km_maxc AS max_censored_t
+FROM _km_grp AS grp LEFT JOIN _km_est AS est ON grp._km_gid = est._km_gid
 {order_by}"""
 
 
