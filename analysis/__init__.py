@@ -10,7 +10,8 @@
 ``gpu``         GPU sample importers, correlation with latency
 ==============  ======================================================================================
 
-The names below are re-exported from those subpackages and load on first use (PEP 562), so
+(The registry listing ``importers()`` is ``llmslo.analysis.importers.importers``: on the facade that
+name is the subpackage.) The names below are re-exported from those subpackages and load on first use (PEP 562), so
 ``import llmslo.analysis`` costs almost nothing and ``llmslo.analysis.store`` stays the light door.
 Needs the ``analysis`` extra (``pip install 'llmslo[analysis]'``); each subpackage checks for what it
 imports (``store``: duckdb and pyarrow only) and says what to install.
@@ -27,7 +28,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "gpu": ("GPU_IMPORT_KINDS", "GpuFormatError", "aligned_frame", "correlate", "gpu_state_during_decode",
             "import_gpu_file", "lagged_correlation"),
     "importers": ("ImportFormatError", "ImportOptions", "ImportReport", "UnknownKindError", "detect_kind",
-                  "importer_for", "importers"),
+                  "importer_for"),
     "report": ("DEFAULT_TPOT_S", "DEFAULT_TTFT_S", "GROUP_COLUMNS", "GoodputPolicy", "LATENCY_INTERVALS",
                "QUANTILES", "Report", "ReportSpec", "WINDOW_KEY", "build_report", "km_quantiles", "quantile_label"),
     "scrape": ("Scrape", "ScrapeAnalysis", "ScrapeFormatError", "analyze_scrape", "compare_scrapes",
@@ -86,7 +87,6 @@ __all__ = [
     "gpu_state_during_decode",
     "import_gpu_file",
     "importer_for",
-    "importers",
     "km_quantiles",
     "lagged_correlation",
     "open_store",
@@ -147,7 +147,6 @@ if typing.TYPE_CHECKING:
         UnknownKindError,
         detect_kind,
         importer_for,
-        importers,
     )
     from llmslo.analysis.report import (
         DEFAULT_TPOT_S,

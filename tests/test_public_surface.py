@@ -242,3 +242,18 @@ def test_the_wheel_lists_every_package() -> None:
     problems = [f"leaves out {missing} (folders with an __init__.py)"] if missing else []
     problems += [f"lists {extra} (no folder with an __init__.py)"] if extra else []
     assert not problems, "[tool.setuptools] packages of pyproject.toml " + " and ".join(problems)
+
+
+def test_the_lazy_facades_export_exactly_the_names_they_can_load() -> None:
+    """``llmslo.analysis`` and ``llmslo.telemetry`` keep a name table beside ``__all__``: the two must agree,
+    and each name must be the object its home module defines."""
+    analysis = importlib.import_module("llmslo.analysis")
+    lazy = {**analysis._WHERE, **dict.fromkeys(analysis._FROM_TELEMETRY, "")}
+    assert set(lazy) == set(analysis.__all__), set(lazy) ^ set(analysis.__all__)
+    for name, sub in analysis._WHERE.items():
+        assert getattr(analysis, name) is getattr(importlib.import_module(f"llmslo.analysis.{sub}"), name), name
+    telemetry = importlib.import_module("llmslo.telemetry")
+    missing = set(telemetry._RUNTIME) - set(telemetry.__all__)
+    assert not missing, f"llmslo.telemetry loads {sorted(missing)} lazily but does not export them"
+    for name, module in telemetry._RUNTIME.items():
+        assert getattr(telemetry, name) is getattr(importlib.import_module(f"llmslo.telemetry.{module}"), name)

@@ -34,7 +34,7 @@ import polars as pl
 from scipy import stats
 
 from llmslo.analysis.gpu._samples import ENGINE_TABLE, GPU_TABLE
-from llmslo.analysis.store import SUMMARY_TABLE
+from llmslo.analysis.store import SUMMARY_TABLE, table_names
 from llmslo.telemetry import TPOT_SQL, ConfigurationError
 
 __all__ = [
@@ -57,10 +57,6 @@ REQUEST_TARGETS: tuple[str, ...] = ("ttft_s", "tpot_s", "queue_s", "in_flight", 
 """Request-derived columns of :func:`aligned_frame`."""
 
 
-def _tables(con: duckdb.DuckDBPyConnection) -> set[str]:
-    return {r[0] for r in con.sql("SELECT table_name FROM duckdb_tables()").fetchall()}
-
-
 def _is_counter(name: str) -> bool:
     return "total" in name.split("_")
 
@@ -78,7 +74,7 @@ def aligned_frame(con: duckdb.DuckDBPyConnection, *, bucket_s: float = 1.0) -> p
     if not bucket_s > 0:
         raise ConfigurationError(f"bucket_s must be > 0 s, got {bucket_s}")
     b = float(bucket_s)
-    tables = _tables(con)
+    tables = table_names(con)
     parts: list[pl.DataFrame] = []
     if GPU_TABLE in tables:
         gpu = con.sql(
@@ -271,7 +267,7 @@ def gpu_state_during_decode(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     ``temperature_c``, ``sm_clock_mhz`` (means) and ``throttled`` (any sample with a throttle reason).
     Empty when the store has no GPU samples.
     """
-    if GPU_TABLE not in _tables(con):
+    if GPU_TABLE not in table_names(con):
         return pl.DataFrame()
     cols = ("util_gpu_pct", "util_mem_pct", "memory_used_bytes", "power_w", "temperature_c", "sm_clock_mhz")
     inside = ", ".join(f"avg(g.{c}) AS in_{c}" for c in cols)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmslo.analysis.importers._registry import detect_kind, importer_for
 from llmslo.analysis.importers._types import ImportOptions, ImportReport, UnknownKindError
-from llmslo.analysis.store import IMPORTS_TABLE, IngestReport, Store, imports_ddl
+from llmslo.analysis.store import IMPORTS_TABLE, IngestReport, Store, imports_ddl, table_names
 
 if TYPE_CHECKING:
     import polars as pl
@@ -137,8 +137,7 @@ def _record(store: Store, path: Path, report: ImportReport, ingest: IngestReport
 
 def recorded_imports(store: Store) -> list[dict[str, Any]]:
     """The provenance rows of the store (empty for a store nothing was imported into), oldest first."""
-    tables = {r[0] for r in store.con.sql("SELECT table_name FROM duckdb_tables()").fetchall()}
-    if IMPORTS_TABLE not in tables:
+    if IMPORTS_TABLE not in table_names(store.con):
         return []
     rel = store.con.sql(f"SELECT * FROM {IMPORTS_TABLE} ORDER BY imported_unix_s, source")
     names = list(rel.columns)

@@ -44,7 +44,7 @@ from llmslo.analysis.report._sql import (
     finite,
 )
 from llmslo.analysis.report._survival import quantile_label
-from llmslo.analysis.store import IMPORTS_TABLE, META_TABLE
+from llmslo.analysis.store import IMPORTS_TABLE, META_TABLE, table_names
 from llmslo.telemetry import FINISH_REASONS, SCHEMA_VERSION, ConfigurationError
 
 GROUP_COLUMNS: tuple[str, ...] = ("model", "version", "tenant_class", "finish_reason")
@@ -164,7 +164,7 @@ def _import_caveats(con: duckdb.DuckDBPyConnection) -> list[str]:
     Read from :data:`~llmslo.analysis.store.IMPORTS_TABLE`; a store written before that table existed
     kept the same facts as JSON under ``import:<file name>`` keys of its metadata table, read as well.
     """
-    tables = {r[0] for r in con.sql("SELECT table_name FROM duckdb_tables()").fetchall()}
+    tables = table_names(con)
     tools: set[str] = set()
     no_arrivals: list[str] = []
     if IMPORTS_TABLE in tables:

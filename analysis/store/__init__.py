@@ -18,6 +18,7 @@ from llmslo.analysis.store._schema import (
     imports_ddl,
     polars_schema,
     summary_ddl,
+    table_names,
 )
 from llmslo.analysis.store._sink_writers import DuckDBSummaryWriter, ParquetSummaryWriter, summary_table
 from llmslo.analysis.store._store import IngestReport, Store, StoreError, StoreVersionError, open_store
@@ -41,4 +42,5 @@ __all__ = [
     "polars_schema",
     "summary_ddl",
     "summary_table",
+    "table_names",
 ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import duckdb
 import pyarrow as pa
 
 from llmslo.telemetry import COLUMNS, SCHEMA_VERSION, Column
@@ -63,6 +64,11 @@ def polars_schema() -> pl.Schema:
         "float_list": pl.List(pl.Float64()),
     }
     return pl.Schema({c.name: types[c.kind] for c in COLUMNS})
+
+
+def table_names(con: duckdb.DuckDBPyConnection) -> set[str]:
+    """Names of the tables in the database open on ``con`` (what a store holds)."""
+    return {str(r[0]) for r in con.sql("SELECT table_name FROM duckdb_tables()").fetchall()}
 
 
 def imports_ddl(table: str = IMPORTS_TABLE) -> str:

@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llmslo.analysis.store._schema import META_TABLE, SUMMARY_TABLE, summary_ddl
+from llmslo.analysis.store._schema import META_TABLE, SUMMARY_TABLE, summary_ddl, table_names
 from llmslo.analysis.store._validation import (
     INVALID_ROW,
     ROW,
@@ -217,11 +217,8 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _tables(self) -> set[str]:
-        return {r[0] for r in self.con.sql("SELECT table_name FROM duckdb_tables()").fetchall()}
-
     def _check_or_init(self, *, create: bool) -> None:
-        tables = self._tables()
+        tables = table_names(self.con)
         if META_TABLE in tables:
             rows = self.con.sql(
                 f"SELECT value FROM {META_TABLE} WHERE key = 'schema_version'"
@@ -424,7 +421,7 @@ class Store:
         (:meth:`_build_id_hashes`). Otherwise this reads a few counts (metadata, no scan).
         """
         stored = self.count()
-        tables = self._tables()
+        tables = table_names(self.con)
         ranges_ok = ID_RANGE_TABLE in tables and int(
             self._one(f"SELECT coalesce(sum(n), 0) FROM {ID_RANGE_TABLE}")[0]) == stored
         if not ranges_ok:
@@ -585,7 +582,7 @@ class Store:
                 on_progress("validating", 0, total)
             planned = [column_plan(inp.source, inp.types, json_column=inp.json_column) for inp in staged]
             if not any(problems for _, problems in planned):
-                stage = ID_HASH_TABLE in self._tables()  # its lookups and updates will want the input's hashes
+                stage = ID_HASH_TABLE in table_names(self.con)  # its lookups and updates will want the input's hashes
                 clean = all(self._ids_distinct(inp, plans, stage=stage)
                             for inp, (plans, _) in zip(staged, planned, strict=True))
                 if clean:
