@@ -28,7 +28,9 @@ def parse_duration(text: str) -> float:
             f"(units: {', '.join(_UNITS_S)})"
         )
     seconds = sum(float(n) * _UNITS_S[u] for n, u in _PART.findall(compact))
-    if not math.isfinite(seconds) or seconds <= 0:
+    if not math.isfinite(seconds):
+        raise ValueError(f"invalid duration {text!r}: too long to hold as a number of seconds")
+    if seconds <= 0:
         raise ValueError(f"invalid duration {text!r}: must be greater than zero")
     return seconds
 

@@ -74,8 +74,11 @@ class Telemetry:
     - ``buckets``: bucket bounds in seconds per interval, overriding the defaults.
     - ``labels``: a :class:`LabelPolicy` bounding label values.
     - ``policies``: the goodput policies (:class:`SloPolicy`), one per SLO class; the first is the default.
-    - ``sink``: a callable receiving each request summary (a dict), e.g. a :class:`SummarySink`.
-    - ``tracing``: a tracer (e.g. :class:`RequestTracing`) or ``None``.
+    - ``sink``: a callable receiving each request summary (a dict), e.g. a :class:`SummarySink`. A sink
+      with an ``attach(telemetry)`` method is attached here: a :class:`SummarySink` then counts its drops on
+      ``llmslo_summaries_dropped_total`` and its write failures on ``llmslo_internal_errors_total``.
+    - ``tracing``: a tracer (e.g. :class:`RequestTracing`) or ``None``; one with ``attach(telemetry)`` is
+      attached here (a :class:`RequestTracing` merges the policies' thresholds into its bucket advisories).
     - ``version``: the server or model version recorded in every summary.
     - ``record_itl``: also put the token-weighted ITL gaps (seconds) into each summary's ``itl_s``.
     - ``clock_ns`` (monotonic nanoseconds) and ``clock_unix_s`` (wall-clock seconds): injectable clocks.
@@ -139,6 +142,14 @@ class Telemetry:
         # no lock; readers take a copy.
         self._live: dict[int, RequestTracker] = {}
         self._draining = False
+        try:  # a RequestTracing sizes its buckets by the policies (it may refuse), a SummarySink counts here
+            for part in (tracing, sink):
+                attach = getattr(part, "attach", None)
+                if callable(attach):
+                    attach(self)
+        except BaseException:
+            self.registry.unregister(self.metrics)  # a refused configuration leaves the registry as it was
+            raise
 
     # ---- requests ----------------------------------------------------------------------------------------
 
@@ -153,7 +164,8 @@ class Telemetry:
                 admit: bool = True) -> RequestScope:
         """A context manager (``with`` or ``async with``) tracking one request.
 
-        On a normal exit the request finishes ``stop`` (unless already finished); on cancellation
+        On a normal exit the request finishes ``stop`` unless it already has a terminal state (then the exit
+        signals nothing, so nothing is counted as ignored); on cancellation
         (``asyncio.CancelledError``, ``GeneratorExit``) ``client_cancel``; on an exception ``error`` with the
         exception's class name as ``error_type``. The exception is never swallowed.
 
@@ -268,7 +280,8 @@ class RequestScope:
         if t is None:
             return
         if et is None:
-            t.finish("stop")
+            if not t.done:  # a normal exit is no signal of its own: it only ends a request still open
+                t.finish("stop")
         elif issubclass(et, (asyncio.CancelledError, GeneratorExit, KeyboardInterrupt)):
             t.finish("client_cancel")
         else:

@@ -272,6 +272,22 @@ def test_the_context_manager_finishes_stop_error_or_cancel_and_exposes_the_track
     assert current_tracker() is None
 
 
+def test_a_scope_left_normally_after_its_request_finished_signals_nothing_more() -> None:
+    """The handler commits the terminal state itself (``length``); leaving the block is then no signal: the
+    request keeps that state and no ignored signal is counted. An exception after the end still is one."""
+    tel, rows = make()
+    with tel.request("done", model="m") as t:
+        t.commit()
+        t.finish("length")
+    assert t.ignored == {} and tel.metrics.value("terminal_signals_ignored", model="m", finish_reason="stop") == 0
+    with pytest.raises(RuntimeError), tel.request("late-error", model="m") as late:
+        late.finish("client_cancel")
+        raise RuntimeError("after the end")
+    assert late.ignored == {"error": 1}
+    assert [(r["request_id"], r["finish_reason"]) for r in rows] == [("done", "length"),
+                                                                     ("late-error", "client_cancel")]
+
+
 def test_the_decorator_tracks_each_call_of_sync_and_async_handlers() -> None:
     tel, rows = make()
 

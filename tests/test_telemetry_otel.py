@@ -20,8 +20,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
-from llmslo.telemetry import ConfigurationError, OtlpExport, RequestTracing, Telemetry, render_metrics
+from llmslo.telemetry import ConfigurationError, OtlpExport, RequestTracing, SloPolicy, Telemetry, render_metrics
 
 pytest.importorskip("opentelemetry.sdk")
 grpc = pytest.importorskip("grpc")
@@ -38,13 +39,22 @@ GENAI_METRICS = {"gen_ai.server.time_to_first_token", "gen_ai.server.time_per_ou
                  "gen_ai.server.request.duration", "gen_ai.client.token.usage"}
 
 
+class Point:
+    """One histogram data point as exported: its attributes, observation count and explicit bucket bounds."""
+
+    def __init__(self, attrs: dict[str, Any], count: int, bounds: list[float]) -> None:
+        self.attrs, self.count, self.bounds = attrs, count, bounds
+
+
 class Received:
-    """What a receiver decoded: spans as ``{name: attributes}`` lists and metric names."""
+    """What a receiver decoded: spans as ``{name: attributes}`` lists, metric names and the latest histogram
+    data point of each series (cumulative temporality, so the latest export holds every request)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.spans: list[tuple[str, dict[str, Any], bytes, bytes]] = []
         self.metrics: set[str] = set()
+        self.points: dict[tuple[str, tuple[tuple[str, Any], ...]], Point] = {}
 
     def add_traces(self, req: trace_service_pb2.ExportTraceServiceRequest) -> None:
         with self.lock:
@@ -58,7 +68,19 @@ class Received:
         with self.lock:
             for rm in req.resource_metrics:
                 for sm in rm.scope_metrics:
-                    self.metrics.update(m.name for m in sm.metrics)
+                    for m in sm.metrics:
+                        self.metrics.add(m.name)
+                        if m.WhichOneof("data") != "histogram":
+                            continue
+                        for dp in m.histogram.data_points:
+                            attrs = {kv.key: _value(kv.value) for kv in dp.attributes}
+                            self.points[(m.name, tuple(sorted(attrs.items())))] = Point(
+                                attrs, dp.count, list(dp.explicit_bounds))
+
+    def histogram(self, name: str) -> list[Point]:
+        """The latest data point of every series of histogram ``name``."""
+        with self.lock:
+            return [p for (n, _), p in self.points.items() if n == name]
 
     def wait_for(self, n_request_spans: int, metric_names: set[str], timeout_s: float = 20.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -222,6 +244,130 @@ def test_spans_and_genai_metrics_reach_a_real_otlp_grpc_receiver_configured_by_o
         assert tel.guard.errors == {}
     finally:
         export.shutdown()
+
+
+def _export_through(endpoint: str, received: Received, tel_kwargs: dict[str, Any],
+                    tracing_kwargs: dict[str, Any]) -> None:
+    """Serve :func:`_serve`'s three requests with tracing exported over OTLP/HTTP to ``endpoint``, and wait
+    until the receiver holds their spans and the four GenAI metrics."""
+    export = OtlpExport(protocol="http/protobuf", endpoint=endpoint)
+    try:
+        tel = Telemetry(tracing=RequestTracing(tracer_provider=export.tracer_provider,
+                                               meter_provider=export.meter_provider, **tracing_kwargs),
+                        **tel_kwargs)
+        _serve(tel)
+        export.force_flush()
+        received.wait_for(3, GENAI_METRICS)
+        assert tel.guard.errors == {}
+    finally:
+        export.shutdown()
+
+
+def test_every_genai_metric_and_span_carries_the_attributes_its_convention_requires(
+        http_receiver: tuple[str, Received]) -> None:
+    """Per instrument, as the GenAI semantic conventions define them: the provider, operation, request and
+    response model and the server's address and port everywhere; TTFT and TPOT for the successful response
+    only; ``error.type`` on the request duration (a failed and a rejected request) and on no other metric."""
+    endpoint, received = http_receiver
+    _export_through(endpoint, received, {}, {"provider_name": "acme", "server_address": "llm.internal",
+                                             "server_port": 8443})
+    common = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "acme", "gen_ai.request.model": "llama",
+              "gen_ai.response.model": "llama", "server.address": "llm.internal", "server.port": 8443}
+    for name in ("gen_ai.server.time_to_first_token", "gen_ai.server.time_per_output_token"):
+        assert [(p.attrs, p.count) for p in received.histogram(name)] == [(common, 1)], name  # req-ok only
+    duration = {p.attrs.get("error.type"): p for p in received.histogram("gen_ai.server.request.duration")}
+    assert set(duration) == {None, "EngineCrash", "queue_full"}
+    for error_type, point in duration.items():
+        assert point.count == 1
+        assert point.attrs == (common if error_type is None else {**common, "error.type": error_type})
+    tokens = {p.attrs["gen_ai.token.type"]: p for p in received.histogram("gen_ai.client.token.usage")}
+    assert set(tokens) == {"input", "output"}
+    for token_type, point in tokens.items():
+        assert point.attrs == {**common, "gen_ai.token.type": token_type}
+        assert point.count == 2  # the streamed and the failed request; the rejected one used no tokens
+    spans = received.by_request()
+    for attrs in spans.values():
+        assert {k: attrs[k] for k in common} == common
+    assert "error.type" not in spans["req-ok"]
+    assert spans["req-err"]["error.type"] == "EngineCrash"
+    assert spans["req-rej"]["error.type"] == "queue_full"
+
+
+def test_the_provider_defaults_to_llmslo_and_no_server_address_is_invented(
+        http_receiver: tuple[str, Received]) -> None:
+    endpoint, received = http_receiver
+    _export_through(endpoint, received, {}, {})
+    points = [p for name in GENAI_METRICS for p in received.histogram(name)]
+    assert points and all(p.attrs["gen_ai.provider.name"] == "llmslo" for p in points)
+    assert not any("server.address" in p.attrs or "server.port" in p.attrs for p in points)
+    assert all(attrs["gen_ai.provider.name"] == "llmslo" for attrs in received.by_request().values())
+
+
+def test_bucket_advisories_are_the_conventions_with_the_slo_thresholds_merged_in(
+        http_receiver: tuple[str, Received]) -> None:
+    """The bounds are the GenAI convention's explicit bucket boundaries (written out here as the convention
+    states them) plus every SLO threshold of the telemetry's policies that is not among them."""
+    endpoint, received = http_receiver
+    policies = [SloPolicy(ttft_s=2.0, tpot_s=0.02), SloPolicy(name="batch", ttft_s=30.0, tpot_s=0.2, e2e_s=600.0)]
+    _export_through(endpoint, received, {"policies": policies}, {})
+    expected = {
+        "gen_ai.server.time_to_first_token": [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+                                              1.0, 2.0, 2.5, 5.0, 7.5, 10.0, 30.0],
+        "gen_ai.server.time_per_output_token": [0.01, 0.02, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+                                                0.75, 1.0, 2.5],
+        "gen_ai.server.request.duration": [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24,
+                                           20.48, 40.96, 81.92, 600.0],
+        "gen_ai.client.token.usage": [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304,
+                                      16777216, 67108864],
+    }
+    for name, bounds in expected.items():
+        points = received.histogram(name)
+        assert points, name
+        assert [p.bounds for p in points] == [bounds] * len(points), name
+
+
+def test_a_stream_the_server_ends_is_an_error_of_the_duration_and_a_client_cancel_is_not() -> None:
+    tel, _, spans, reader = _in_memory()
+    for rid, reason in (("r-deadline", "deadline"), ("r-drain", "server_draining"), ("r-cancel", "client_cancel")):
+        t = tel.start(rid, model="m")
+        t.commit()
+        t.commit()
+        t.finish(reason)
+    data = reader.get_metrics_data()
+    assert data is not None
+    points = {m.name: [dict(p.attributes or {}) for p in m.data.data_points]
+              for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+    assert sorted(str(a.get("error.type")) for a in points["gen_ai.server.request.duration"]) == [
+        "None", "deadline", "server_draining"]
+    assert "gen_ai.server.time_to_first_token" not in points  # no successful response
+    assert "gen_ai.server.time_per_output_token" not in points
+    assert not any("error.type" in a for a in points["gen_ai.client.token.usage"])
+    by_id = {dict(s.attributes or {})["llmslo.request_id"]: s for s in spans.get_finished_spans() if s.name == "chat m"}
+    assert dict(by_id["r-deadline"].attributes or {})["error.type"] == "deadline"
+    assert "error.type" not in dict(by_id["r-cancel"].attributes or {})
+
+
+def test_a_tracing_shared_by_telemetries_with_other_slo_thresholds_raises_naming_the_fix() -> None:
+    tracing = RequestTracing(tracer_provider=TracerProvider(), meter_provider=MeterProvider())
+    Telemetry(tracing=tracing)
+    Telemetry(tracing=tracing)  # the same thresholds: the same instruments serve both
+    registry = CollectorRegistry()
+    with pytest.raises(ConfigurationError, match="its own RequestTracing"):
+        Telemetry(registry=registry, policies=[SloPolicy(ttft_s=0.3)], tracing=tracing)
+    assert list(registry.collect()) == []  # the refused telemetry left nothing registered
+    Telemetry(registry=registry, policies=[SloPolicy(ttft_s=0.3)])  # so the registry takes a telemetry again
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"provider_name": ""}, "RequestTracing.provider_name"),
+    ({"server_address": ""}, "RequestTracing.server_address"),
+    ({"server_address": "h", "server_port": 0}, "RequestTracing.server_port"),
+    ({"server_address": "h", "server_port": "80"}, "RequestTracing.server_port"),
+    ({"server_port": 80}, "RequestTracing.server_port"),
+])
+def test_tracing_configuration_errors_raise_naming_the_field(kwargs: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigurationError, match=field.replace(".", r"\.")):
+        RequestTracing(**kwargs)
 
 
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])

@@ -138,15 +138,22 @@ def test_the_example_server_streams_and_records_one_summary() -> None:
     module.tel.sink = rows.append
     body: list[bytes] = []
 
-    async def receive() -> dict[str, object]:
-        return {"type": "http.request"}
+    bodies_read = 0
+
+    async def receive() -> dict[str, object]:  # as an ASGI server does: the body, then nothing until a disconnect
+        nonlocal bodies_read
+        bodies_read += 1
+        if bodies_read == 1:
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
 
     async def send(message: dict[str, object]) -> None:
         if message["type"] == "http.response.body":
             body.append(message["body"])  # type: ignore[arg-type]
 
     async def main() -> None:
-        await module.generate(send, max_tokens=5)
+        await module.generate(receive, send, max_tokens=5)
 
     asyncio.run(main())
     assert b"".join(body).count(b"token") == 5
