@@ -2,7 +2,8 @@
 
 Thin and lazy: the command modules import the analysis stack (duckdb, polars, pyarrow, scipy, numpy)
 inside the commands that use it, so ``llmslo --help``, ``llmslo --version`` and ``llmslo CMD --help``
-load none of it.
+load none of it. Exit status: 0 done, 1 an input is missing or invalid, 2 the command line is wrong (see
+``llmslo.cli._common``).
 """
 
 from __future__ import annotations
@@ -25,4 +26,4 @@ def main() -> None:
             f"llmslo: the command line needs the 'analysis' extra ({exc.name} is not installed).\n"
             "Install it with: pip install 'llmslo[analysis]'\n"
         )
-        raise SystemExit(2) from None
+        raise SystemExit(1) from None  # 1: something the command needs is missing (llmslo.cli._common)

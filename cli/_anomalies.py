@@ -13,6 +13,7 @@ import typer
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import duration as _duration
 from llmslo.cli._common import fail as _fail
+from llmslo.cli._common import shown
 from llmslo.cli._help import ANOMALY_METRICS
 from llmslo.telemetry import LlmsloError
 
@@ -52,16 +53,26 @@ def _ms(x: float) -> str:
 def _table(report: AnomalyReport) -> Table:
     from rich.table import Table
 
-    t = Table(title="Latency distribution changes (UTC)", title_justify="left")
-    for col in ("series", "from", "to", "windows", "statistic", "p (BH)", "n / baseline", "p50 before→after",
+    t = Table(title="Latency distribution changes (UTC; before = the baseline before the run, after = the "
+              "run's windows; statistic and p of the window that completed the run)", title_justify="left")
+    for col in ("series", "from", "to", "windows", "statistic", "p (BH)", "n after / before", "p50 before→after",
                 "p50", "p99 before→after", "p99"):
         t.add_column(col, justify="left" if col in ("series", "from", "to") else "right")
     for f in report.findings:
-        t.add_row(f.series, _when(f.first_start_unix_s), _when(f.end_unix_s), str(f.windows), f"{f.statistic:.3f}",
-                  f"{f.p_adjusted:.2g}", f"{f.n:,} / {f.n_baseline:,}",
+        t.add_row(shown(f.series), _when(f.first_start_unix_s), _when(f.end_unix_s), str(f.windows),
+                  f"{f.statistic:.3f}", f"{f.p_adjusted:.2g}", f"{f.n_run:,} / {f.n_before:,}",
                   f"{_ms(f.p50_before_s)}→{_ms(f.p50_after_s)}", _pct(f.p50_change),
                   f"{_ms(f.p99_before_s)}→{_ms(f.p99_after_s)}", _pct(f.p99_change))
     return t
+
+
+def _why_untested(report: AnomalyReport) -> list[str]:
+    """Lines saying what the scan left out and, per series without a tested window, why."""
+    lines = [f"note: {note}" for note in report.notes]
+    lines += [f"{name}: no window tested: {reason}" for name, reason in report.untested.items()]
+    if not report.windows and not report.notes:
+        lines.append("no series: the store holds no request summaries")
+    return lines
 
 
 def _tightening_table(signals: dict[str, list[TighteningSignal]]) -> Table:
@@ -73,7 +84,7 @@ def _tightening_table(signals: dict[str, list[TighteningSignal]]) -> Table:
     for name, items in signals.items():
         for s in items:
             if s.fire:
-                t.add_row(name, _when(s.start_unix_s), _when(s.end_unix_s), _pct(s.p99_rise),
+                t.add_row(shown(name), _when(s.start_unix_s), _when(s.end_unix_s), _pct(s.p99_rise),
                           "-" if s.failure_slope is None else f"{s.failure_slope:.3g}",
                           "-" if s.entropy is None else f"{s.entropy:.2f}", str(s.agree))
     return t
@@ -135,7 +146,10 @@ def anomalies_command(
         out.print(_table(report))
     tested = sum(1 for ws in report.windows.values() for w in ws if w.enough_samples)
     out.print(f"{len(report.findings)} finding(s) in {len(report.windows)} series, {tested} windows tested "
-              f"({cfg.test.upper()}, alpha {cfg.alpha:g} after BH, {consecutive} consecutive, baseline {baseline})")
+              f"({cfg.test.upper()}, alpha {cfg.alpha:g} after BH, {consecutive} consecutive, "
+              f"baseline {shown(baseline)})")
+    for line in _why_untested(report):
+        out.print(f"  {shown(line)}")
     if tightening:
         fired = sum(1 for items in signals.values() for s in items if s.fire)
         if fired:

@@ -13,9 +13,9 @@ import typer
 
 from llmslo import __version__
 from llmslo.cli._anomalies import anomalies_command
+from llmslo.cli._common import EXIT_INPUT, EXIT_STATUS_HELP, EXIT_USAGE, err, shown
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import duration as _duration
-from llmslo.cli._common import err
 from llmslo.cli._common import fail as _fail
 from llmslo.cli._common import threshold as _threshold
 from llmslo.cli._gpu import gpu_app
@@ -42,6 +42,7 @@ app = typer.Typer(
         "success-only latency hides shed or cancelled requests (survivor bias).\n\n"
         "Start with: llmslo demo"
     ),
+    epilog=EXIT_STATUS_HELP,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -97,7 +98,7 @@ def _policy(ttft: str | None, tpot: str | None, e2e: str | None, window: str | N
             window_s=win,
         )
     except LlmsloError as exc:
-        raise _fail(str(exc), 2) from None
+        raise _fail(str(exc), EXIT_USAGE) from None
 
 
 def _by(text: str | None) -> tuple[str, ...]:
@@ -108,11 +109,11 @@ def _ingest_table(reports: list[IngestReport]) -> Table:
     from rich.table import Table
 
     t = Table(title="Ingest", title_justify="left")
-    for col in ("file", "read", "inserted", "already stored", "rejected", "rejected rows written to"):
+    for col in ("file", "read", "inserted", "already stored", "conflicting", "rejected", "rejected rows written to"):
         t.add_column(col, justify="left" if col in ("file", "rejected rows written to") else "right")
     for r in reports:
-        t.add_row(r.source, f"{r.rows_read:,}", f"{r.rows_inserted:,}", f"{r.rows_already_stored:,}",
-                  f"{r.rows_rejected:,}", r.rejected_path or "-")
+        t.add_row(shown(r.source), f"{r.rows_read:,}", f"{r.rows_inserted:,}", f"{r.rows_already_stored:,}",
+                  f"{r.rows_conflicting:,}", f"{r.rows_rejected:,}", shown(r.rejected_path or "-"))
     return t
 
 
@@ -121,7 +122,8 @@ def _ingest_json(reports: list[IngestReport], total: int) -> str:
         "files": [
             {"file": r.source, "rows_read": r.rows_read, "rows_inserted": r.rows_inserted,
              "rows_already_stored": r.rows_already_stored, "rows_rejected": r.rows_rejected,
-             "rejected_path": r.rejected_path}
+             "rejected_path": r.rejected_path, "rows_conflicting": r.rows_conflicting,
+             "conflicting_ids": list(r.conflicting_ids)}
             for r in reports
         ],
         "store_rows": total,
@@ -188,9 +190,11 @@ def ingest(
         return
     out = _console()
     out.print(_ingest_table(reports))
-    out.print(f"store {db}: {total:,} request summaries")
+    out.print(f"store {shown(db)}: {total:,} request summaries", highlight=False)
     if any(r.rows_rejected for r in reports):
         err().print("[yellow]some rows were rejected; see the .rejected.jsonl files for the reasons[/yellow]")
+    for note in filter(None, (r.conflict_note() for r in reports)):
+        err().print(f"[yellow]warning:[/yellow] {shown(note)}", highlight=False, soft_wrap=True)
 
 
 ingest.__doc__ = (ingest.__doc__ or "") + f"\n\nColumns: {_COLUMNS_HELP}."
@@ -198,7 +202,7 @@ ingest.__doc__ = (ingest.__doc__ or "") + f"\n\nColumns: {_COLUMNS_HELP}."
 
 def _print_report(db: Path, spec: ReportSpec, as_json: bool, as_csv: bool) -> None:
     if as_json and as_csv:
-        raise _fail("choose one of --json and --csv", 2)
+        raise _fail("choose one of --json and --csv", EXIT_USAGE)
     from llmslo.analysis.report import build_report
     from llmslo.analysis.store import Store
     from llmslo.cli._render import render_report, report_csv
@@ -228,6 +232,9 @@ def report(
     one_token_fails: OneTokenOption = False,
     as_json: JsonOption = False,
     as_csv: CsvOption = False,
+    until: Annotated[float | None, typer.Option(
+        "--until", help="Horizon, Unix seconds: report the requests that arrived by then; those that finished "
+        "after it are in flight (default: when the data was taken, so no stored request is).")] = None,
 ) -> None:
     """Latency distributions, goodput, survivor bias and token figures per group.
 
@@ -241,9 +248,10 @@ def report(
     from llmslo.analysis.report import ReportSpec
 
     try:
-        spec = ReportSpec(_policy(ttft, tpot, e2e, window, success, one_token_fails), by=_by(by))
+        spec = ReportSpec(_policy(ttft, tpot, e2e, window, success, one_token_fails), by=_by(by),
+                          until_unix_s=until)
     except LlmsloError as exc:
-        raise _fail(str(exc), 2) from None
+        raise _fail(str(exc), EXIT_USAGE) from None
     _print_report(db, spec, as_json, as_csv)
 
 
@@ -280,38 +288,48 @@ def demo(
     successful requests then looks healthy while the censoring-aware view shows the truth.
     """
     from llmslo.analysis.report import ReportSpec
-    from llmslo.analysis.store import Store, StoreError
+    from llmslo.analysis.store import Store
     from llmslo.analysis.workload import simulate_demo_workload
 
+    try:  # the command line first: a bad option changes nothing
+        spec = ReportSpec(_policy(ttft, tpot, None, window, "stop,length", False), by=_by(by))
+    except LlmsloError as exc:
+        raise _fail(str(exc), EXIT_USAGE) from None
     trace = trace or _default_trace()
     if trace is not None and not trace.is_file():
-        raise _fail(f"--trace: no such file {trace}", 2)
-    if db.exists():
-        try:
-            with Store.open(db, read_only=True) as old:
-                origin = old.meta("origin")
-        except StoreError:
-            origin = None
-        if origin != "demo":
-            raise _fail(f"{db} exists and is not a demo store; pass another --db", 2)
-        db.unlink()
-        Path(str(db) + ".wal").unlink(missing_ok=True)
+        raise _fail(f"--trace: no such file {trace}", EXIT_INPUT)
+    if db.exists() and _store_origin(db) != "demo":
+        raise _fail(f"{db} exists and is not a demo store; pass another --db", EXIT_INPUT)
     say = err() if as_json else _console()
     source = f"arrivals and lengths from {trace}" if trace else "synthetic arrivals: no trace found"
-    say.print(f"simulating the workload ({source})")
-    frame = simulate_demo_workload(trace, seed=seed)
-    workload = db.with_name(db.stem + "-workload.parquet")
-    frame.write_parquet(workload)
+    say.print(f"simulating the workload ({shown(source)})", highlight=False)
     try:
+        frame = simulate_demo_workload(trace, seed=seed)
+    except LlmsloError as exc:
+        raise _fail(str(exc)) from None
+    db.unlink(missing_ok=True)  # a previous demo store: replaced
+    Path(str(db) + ".wal").unlink(missing_ok=True)
+    try:  # straight from memory: the demo leaves no file but the store
         with Store.open(db) as store:
             store.set_meta("origin", "demo")
-            reports = store.ingest_files([workload])
+            reports = [store.ingest_frame(frame, source=f"simulated workload (seed {seed})")]
     except LlmsloError as exc:
         raise _fail(str(exc)) from None
     say.print(_ingest_table(reports))
-    spec = ReportSpec(_policy(ttft, tpot, None, window, "stop,length", False), by=_by(by))
     _print_report(db, spec, as_json, False)
-    say.print(f"store: {db} (explore it: llmslo report --db {db} --by model --window 1m)")
+    say.print(f"store: {shown(db)} (explore it: llmslo report --db {shown(db)} --by model --window 1m)",
+              highlight=False)
+
+
+def _store_origin(db: Path) -> str | None:
+    """The ``origin`` the store at ``db`` records (``demo`` for a demo store); ``None`` if it is no store."""
+    from llmslo.analysis.store import Store, StoreError
+
+    try:
+        with Store.open(db, read_only=True) as old:
+            return old.meta("origin")
+    except StoreError:
+        return None
 
 
 app.command("import")(import_command)

@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from llmslo.analysis.report import LATENCY_INTERVALS, WINDOW_KEY
+from llmslo.cli._common import shown
 from llmslo.telemetry import format_duration
 
 if TYPE_CHECKING:
@@ -41,20 +41,20 @@ def _rate(value: float | None) -> str:
 
 
 def group_label(keys: Mapping[str, Any]) -> str:
-    """The group's key values joined with ' · ' (a window shown as its UTC start), escaped for rich markup."""
+    """The group's key values joined with ' · ' (a window shown as its UTC start), shown literally (:func:`shown`)."""
     parts = []
     for k, v in keys.items():
         if k == WINDOW_KEY and v is not None:
             parts.append(datetime.fromtimestamp(float(v), tz=UTC).strftime("%Y-%m-%d %H:%M:%S"))
         else:
             parts.append(str(v))
-    return escape(" · ".join(parts)) if parts else "all"
+    return shown(" · ".join(parts)) if parts else "all"
 
 
 def render_report(report: Report, console: Console) -> None:
     """Print the goodput, latency, survivor-bias and token tables, then the definitions used."""
     groups = report.groups
-    head = " × ".join("window" if k == WINDOW_KEY else k for k in report.group_by) or "all requests"
+    head = shown(" × ".join("window" if k == WINDOW_KEY else k for k in report.group_by) or "all requests")
     if not groups:
         console.print("[yellow]The store holds no request summaries.[/yellow]")
         return
@@ -76,7 +76,7 @@ def render_report(report: Report, console: Console) -> None:
             d = g.latency[name]
             if d.count == 0:
                 continue
-            t.add_row(label, name, f"{d.count:,}", _s(d.mean), *(_s(d.quantile(q)) for q in _QUANTS), _s(d.max))
+            t.add_row(label, shown(name), f"{d.count:,}", _s(d.mean), *(_s(d.quantile(q)) for q in _QUANTS), _s(d.max))
             label = ""
     console.print(t)
 
@@ -92,9 +92,10 @@ def render_report(report: Report, console: Console) -> None:
         verdict = sb.verdict
         style = {"optimistic": "bold red", "consistent": "green"}.get(verdict, "yellow")
         t.add_row(group_label(g.keys), f"{sb.accounting.rejected:,}", _pct(sb.shed_cancel_fraction),
-                  _s(so["p90"]), _aware(ca, "p90"), _s(so["p99"]), _aware(ca, "p99"), f"[{style}]{verdict}[/{style}]")
-        notes += [f"{group_label(g.keys)}: {escape(r)}" for r in sb.reasons if verdict == "optimistic"]
-        notes += [f"{group_label(g.keys)}: accounting does not add up: {escape(u)}" for u in sb.accounting.unbalanced]
+                  _s(so["p90"]), _aware(ca, "p90"), _s(so["p99"]), _aware(ca, "p99"),
+                  f"[{style}]{shown(verdict)}[/{style}]")
+        notes += [f"{group_label(g.keys)}: {shown(r)}" for r in sb.reasons if verdict == "optimistic"]
+        notes += [f"{group_label(g.keys)}: accounting does not add up: {shown(u)}" for u in sb.accounting.unbalanced]
     console.print(t)
     for n in notes[:12]:
         console.print(f"  [red]•[/red] {n}")
@@ -118,13 +119,15 @@ def render_report(report: Report, console: Console) -> None:
         rate = ("per-second rates divide by the span the data covers, first arrival to last finish "
                 f"({_s(basis.seconds)})")
     for caveat in report.caveats:
-        console.print(f"[yellow]caveat: {escape(caveat)}[/yellow]")
+        console.print(f"[yellow]caveat: {shown(caveat)}[/yellow]")
     totals = report.totals
-    console.print(f"[dim]Policy: {escape(report.policy.rule_text())}.[/dim]")
+    console.print(f"[dim]Policy: {shown(report.policy.rule_text())}.[/dim]")
     console.print(f"[dim]Rates: {rate}. Totals: {totals.attempted:,} attempted, "
                   f"{totals.good:,} good ({_pct(totals.goodput_fraction)}).[/dim]")
+    for exception in basis.exceptions:
+        console.print(f"[yellow]rates: {shown(exception)}[/yellow]")
     for name, text in report.definitions.items():
-        console.print(f"[dim]{name}: {escape(text)}[/dim]")
+        console.print(f"[dim]{shown(name)}: {shown(text)}[/dim]")
 
 
 def _aware(ca: CensoringAwareTtft, label: str) -> str:

@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from llmslo.cli._common import EXIT_INPUT, shown
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import fail as _fail
 
 if TYPE_CHECKING:
-    from llmslo.rules import Model
+    from llmslo.rules import Model, PromtoolResult
 
 rules_app = typer.Typer(
     name="rules",
@@ -31,17 +32,19 @@ rules_app = typer.Typer(
 
 
 def _model(spec: Path) -> Model:
+    """The model of the spec file ``spec``; an unreadable or invalid spec exits 1 naming it."""
     from llmslo.rules import SpecError, build_model, load_spec
 
     try:
         return build_model(load_spec(spec))
-    except SpecError as exc:
-        raise _fail(f"{spec}: {exc}", 2) from None
+    except SpecError as exc:  # a field's error names the field; one about the whole file names the file
+        raise _fail(f"{spec}: {exc}" if exc.path else str(exc), EXIT_INPUT) from None
     except OSError as exc:
-        raise _fail(f"cannot read {spec}: {exc.strerror or exc}", 2) from None
+        raise _fail(f"cannot read {spec}: {exc.strerror or exc}", EXIT_INPUT) from None
 
 
 SpecArgument = Annotated[Path, typer.Argument(help="SLO spec (YAML, version: llmslo/v1).", show_default=False)]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object (for scripts).")]
 
 
 @rules_app.command()
@@ -51,17 +54,22 @@ def generate(
     tests: Annotated[Path | None, typer.Option(
         "--tests", help="promtool test file to write. Long windows are proven in sibling files evaluated less "
         "often (NAME.eval10m.yml, ...); run them all with llmslo rules check.")] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Write the recording and alert rules of SPEC (and, with --tests, the promtool tests proving them).
 
-    The output is byte-deterministic: the same spec and llmslo version give the same files.
+    The output is byte-deterministic: the same spec and llmslo version give the same files. With --json,
+    one object: rules_file, rule_count, group_count, test_files.
     """
-    from llmslo.rules import render
+    from llmslo.rules import SpecError, render
 
     model = _model(spec)
     tests_name = tests.name if tests is not None else "rules_test.yml"
     rule_file = os.path.relpath(output.resolve(), (tests or output).resolve().parent)
-    out = render(model, rule_file, tests_name, spec.name)
+    try:
+        out = render(model, rule_file, tests_name, spec.name, with_tests=tests is not None)
+    except SpecError as exc:
+        raise _fail(f"{spec}: {exc}", EXIT_INPUT) from None
     written = [output]
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -73,65 +81,86 @@ def generate(
                 path.write_text(text, encoding="utf-8")
                 written.append(path)
     except OSError as exc:
-        raise _fail(f"cannot write: {exc}") from None
+        raise _fail(f"cannot write: {exc}", EXIT_INPUT) from None
+    if as_json:
+        print(json.dumps({"rules_file": str(output), "rule_count": out.rule_count, "group_count": out.group_count,
+                          "test_files": [str(p) for p in written[1:]]}, indent=2))
+        return
     console = _console()
-    console.print(f"wrote {output}: {out.rule_count} rules in {out.group_count} groups", highlight=False)
+    console.print(f"wrote {shown(output)}: {out.rule_count} rules in {out.group_count} groups", highlight=False)
     for path in written[1:]:
-        console.print(f"wrote {path}", highlight=False)
+        console.print(f"wrote {shown(path)}", highlight=False)
     if tests is not None:
-        console.print(f"check them: llmslo rules check {' '.join(str(p) for p in written)}", highlight=False)
+        console.print(f"check them: llmslo rules check {shown(' '.join(str(p) for p in written))}", highlight=False)
 
 
 def _kind(path: Path) -> str:
-    import yaml
+    """``rules`` or ``tests``, from the file's top-level keys; a file that is neither exits 1 naming it."""
+    from llmslo.rules import SpecError, top_level_keys
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        keys = top_level_keys(path.read_text(encoding="utf-8"), str(path))
     except OSError as exc:
-        raise _fail(f"cannot read {path}: {exc.strerror or exc}", 2) from None
-    except yaml.YAMLError as exc:
-        raise _fail(f"{path} is not valid YAML: {exc}") from None
-    if isinstance(data, dict) and "groups" in data:
+        raise _fail(f"cannot read {path}: {exc.strerror or exc}", EXIT_INPUT) from None
+    except UnicodeDecodeError:
+        raise _fail(f"{path} is not UTF-8 text", EXIT_INPUT) from None
+    except SpecError as exc:
+        raise _fail(str(exc), EXIT_INPUT) from None
+    if "groups" in keys:
         return "rules"
-    if isinstance(data, dict) and "tests" in data:
+    if "tests" in keys:
         return "tests"
-    raise _fail(f"{path} is neither a rules file (groups:) nor a promtool test file (tests:)", 2)
+    raise _fail(f"{path} is neither a rules file (groups:) nor a promtool test file (tests:)", EXIT_INPUT)
+
+
+def _result(result: PromtoolResult, files: list[Path]) -> dict[str, object]:
+    return {"files": [str(p) for p in files], "ok": result.ok, "seconds": round(result.seconds, 3),
+            "output": result.output}
 
 
 @rules_app.command()
 def check(
     files: Annotated[list[Path], typer.Argument(help="Rules files and promtool test files.", show_default=False)],
+    as_json: JsonOption = False,
 ) -> None:
     """Check rules files with `promtool check rules --lint=all --lint-fatal` and run promtool test files.
 
-    Needs promtool (Debian/Ubuntu: apt-get install prometheus).
+    Needs promtool (Debian/Ubuntu: apt-get install prometheus). Exits 1 when promtool finds a problem. With
+    --json, one object: ok, rules (files, ok, seconds, output; null without a rules file) and tests (one per
+    test file).
     """
     from llmslo.rules import PromtoolError, check_rules, run_rule_tests
 
     kinds = {path: _kind(path) for path in files}
     rule_files = [p for p, k in kinds.items() if k == "rules"]
     test_files = [p for p, k in kinds.items() if k == "tests"]
-    console = _console()
-    failed = False
     try:
-        if rule_files:
-            result = check_rules(rule_files)
-            failed |= not result.ok
-            console.print(result.output.rstrip(), highlight=False, markup=False)
-        for path, result in zip(test_files, run_rule_tests(test_files), strict=True):
-            failed |= not result.ok
-            console.print(result.output.rstrip(), highlight=False, markup=False)
-            console.print(f"{path}: {'passed' if result.ok else 'FAILED'} in {result.seconds:.1f}s", highlight=False)
+        rules = check_rules(rule_files) if rule_files else None
+        tests = run_rule_tests(test_files) if test_files else []
     except PromtoolError as exc:
         raise _fail(str(exc)) from None
+    failed = (rules is not None and not rules.ok) or not all(t.ok for t in tests)
+    if as_json:
+        print(json.dumps({"ok": not failed, "rules": _result(rules, rule_files) if rules is not None else None,
+                          "tests": [_result(t, [p]) for p, t in zip(test_files, tests, strict=True)]}, indent=2))
+    else:
+        console = _console()
+        if rules is not None:
+            console.print(shown(rules.output.rstrip(), newlines=True), highlight=False)
+        for path, result in zip(test_files, tests, strict=True):
+            console.print(shown(result.output.rstrip(), newlines=True), highlight=False)
+            console.print(f"{shown(path)}: {'passed' if result.ok else 'FAILED'} in {result.seconds:.1f}s",
+                          highlight=False)
     if failed:
+        if as_json:
+            raise typer.Exit(EXIT_INPUT)
         raise _fail("promtool found problems (see above)")
 
 
 @rules_app.command("explain")
 def explain_command(
     spec: SpecArgument,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (for scripts).")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Each alert of SPEC: windows, burn rate, time to detect a total outage, budget spent when it fires,
     time to reset after recovery; then the absent-data and operational alerts."""
@@ -145,18 +174,19 @@ def explain_command(
         return
     console = _console()
     columns, rows = result.burn_table()
-    burn = Table(title=f"{result.service}: burn-rate alerts (period {result.period})", title_justify="left")
+    burn = Table(title=f"{shown(result.service)}: burn-rate alerts (period {shown(result.period)})",
+                 title_justify="left")
     for column in columns:
         burn.add_column(column, justify="left" if column in ("SLO", "alert", "severity", "windows") else "right")
     for cells in rows:
-        burn.add_row(*cells)
+        burn.add_row(*(shown(c) for c in cells))
     console.print(burn)
     console.print("Detection and reset times assume error-free traffic before a total outage; the budget spent "
                   "is burn rate × long window ÷ period.", highlight=False)
     columns, rows = result.other_table()
-    other = Table(title=f"{result.service}: absent-data and operational alerts", title_justify="left")
+    other = Table(title=f"{shown(result.service)}: absent-data and operational alerts", title_justify="left")
     for column in columns:
         other.add_column(column, justify="right" if column == "for" else "left")
     for cells in rows:
-        other.add_row(*cells)
+        other.add_row(*(shown(c) for c in cells))
     console.print(other)

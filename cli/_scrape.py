@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from llmslo.cli._common import EXIT_INPUT
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import fail as _fail
+from llmslo.cli._common import shown as _shown
 from llmslo.cli._common import threshold as _threshold
 from llmslo.telemetry import DEFAULT_TPOT_S, DEFAULT_TTFT_S
 
@@ -34,7 +36,7 @@ _SERVER_PREFIXES = ("vllm:", "sglang:", "tgi_", "llmslo_")
 
 def _labels(labels: Labels, width: int = 48) -> str:
     text = ",".join(f"{k}={v}" for k, v in labels)
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return _shown(text if len(text) <= width else text[: width - 1] + "…")
 
 
 def _num(x: float | None) -> str:
@@ -74,7 +76,8 @@ def _histogram_table(title: str, reports: tuple[HistogramReport, ...]) -> Table:
                 text = _seconds(q.value) if seconds else _num(q.value)
                 cells.append(f"≥{text}" if q.kind == "at_least" else text)
         mean = (_seconds(h.mean) if seconds else _num(h.mean)) if h.mean is not None else "-"
-        t.add_row(h.metric, _labels(h.labels), h.interval or "-", h.per or "-", _num(h.count), mean, *cells)
+        t.add_row(_shown(h.metric), _labels(h.labels), _shown(h.interval or "-"), _shown(h.per or "-"), _num(h.count),
+                  mean, *cells)
     return t
 
 
@@ -83,8 +86,9 @@ def _print_attainment(out: Console, attained: tuple[SloAttainment, ...]) -> None
         return
     out.print("[bold]SLO attainment[/bold] (fraction of observations within the threshold)")
     for a in attained:
-        head = f"  {a.metric} ({a.interval} ≤ {a.threshold_s:g} s){' ' + _labels(a.labels) if a.labels else ''}: "
-        out.print(head + a.message, highlight=False, soft_wrap=True)
+        head = f"  {a.metric} ({a.interval} ≤ {a.threshold_s:g} s)"
+        out.print(_shown(head) + (" " + _labels(a.labels) if a.labels else "") + ": " + _shown(a.message),
+                  highlight=False, soft_wrap=True)
 
 
 def _print_findings(out: Console, findings: tuple[Finding, ...]) -> None:
@@ -94,7 +98,7 @@ def _print_findings(out: Console, findings: tuple[Finding, ...]) -> None:
     out.print("[bold]Checks[/bold]")
     for f in findings:
         colour = "yellow" if f.severity == "warning" else "cyan"
-        out.print(f"  [{colour}]{f.severity}[/{colour}] {f.message}", highlight=False, soft_wrap=True)
+        out.print(f"  [{colour}]{_shown(f.severity)}[/{colour}] {_shown(f.message)}", highlight=False, soft_wrap=True)
 
 
 def _print_definitions(out: Console, reports: tuple[HistogramReport, ...]) -> None:
@@ -102,7 +106,7 @@ def _print_definitions(out: Console, reports: tuple[HistogramReport, ...]) -> No
     if notes:
         out.print("[bold]Definitions[/bold] (how each server's metric differs from llmslo's interval)")
         for metric, interval, diff in sorted(notes, key=lambda n: n[0]):
-            out.print(f"  {metric} → {interval}: {diff}", highlight=False, soft_wrap=True)
+            out.print(_shown(f"  {metric} → {interval}: {diff}"), highlight=False, soft_wrap=True)
 
 
 def _print_single(out: Console, a: ScrapeAnalysis) -> None:
@@ -110,8 +114,8 @@ def _print_single(out: Console, a: ScrapeAnalysis) -> None:
 
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(a.family_types.items()))
     servers = ", ".join(a.servers) or "none recognised"
-    out.print(f"[bold]{a.source}[/bold] ({a.format}; families: {kinds}; servers: {servers}; "
-              f"exemplars: {a.exemplars})", highlight=False, soft_wrap=True)
+    out.print(f"[bold]{_shown(a.source)}[/bold] " + _shown(f"({a.format}; families: {kinds}; servers: {servers}; "
+              f"exemplars: {a.exemplars})"), highlight=False, soft_wrap=True)
     if a.histograms:
         out.print(_histogram_table("Histograms since the server started (quantiles are bucket estimates)",
                                    a.histograms))
@@ -125,7 +129,7 @@ def _print_single(out: Console, a: ScrapeAnalysis) -> None:
         for col in ("name", "type", "labels", "value"):
             t.add_column(col, justify="right" if col == "value" else "left")
         for kind, n, lb, v in shown:
-            t.add_row(n, kind, _labels(lb), _num(v))
+            t.add_row(_shown(n), kind, _labels(lb), _num(v))
         out.print(t)
     hidden = len(a.counters) + len(a.gauges) - len(shown)
     if hidden:
@@ -135,15 +139,15 @@ def _print_single(out: Console, a: ScrapeAnalysis) -> None:
 def _print_rates(out: Console, r: RateReport) -> None:
     from rich.table import Table
 
-    out.print(f"[bold]{r.before} → {r.after}[/bold]: {r.interval_s:g} s apart ({r.interval_basis})",
-              highlight=False, soft_wrap=True)
+    out.print(f"[bold]{_shown(r.before)} → {_shown(r.after)}[/bold]: {r.interval_s:g} s apart "
+              f"({_shown(r.interval_basis)})", highlight=False, soft_wrap=True)
     if r.counters:
         t = Table(title="Counter rates over the interval", title_justify="left")
         for col in ("counter", "labels", "increase", "per second", "note"):
             t.add_column(col, justify="right" if col in ("increase", "per second") else "left")
         for c in r.counters:
             note = "reset" if c.reset else ("new series" if c.appeared else "")
-            t.add_row(c.name, _labels(c.labels), _num(c.increase), f"{c.rate_per_s:,.4g}", note)
+            t.add_row(_shown(c.name), _labels(c.labels), _num(c.increase), f"{c.rate_per_s:,.4g}", note)
         out.print(t)
     if r.histograms:
         out.print(_histogram_table("Observations made during the interval (quantiles are bucket estimates)",
@@ -157,11 +161,12 @@ def _print_rates(out: Console, r: RateReport) -> None:
             t.add_column(col, justify="right" if col in ("before", "after") else "left")
         for n, lb, before, after in r.gauges:
             if n.startswith(_SERVER_PREFIXES):
-                t.add_row(n, _labels(lb), _num(before), _num(after))
+                t.add_row(_shown(n), _labels(lb), _num(before), _num(after))
         if t.row_count:
             out.print(t)
     if r.vanished:
-        out.print(f"series in the first scrape only: {', '.join(r.vanished)}", highlight=False, soft_wrap=True)
+        out.print(f"series in the first scrape only: {_shown(', '.join(r.vanished))}", highlight=False,
+                  soft_wrap=True)
 
 
 def scrape_command(
@@ -219,7 +224,7 @@ def scrape_command(
         if interval_s is None and (first.timestamp_s is None or second.timestamp_s is None):
             without = " and ".join(str(s.source) for s in (first, second) if s.timestamp_s is None)
             raise _fail(f"{without}: no sample timestamps, so the time between the scrapes is unknown; "
-                        "pass --interval-s SECONDS", 2)
+                        "pass --interval-s SECONDS", EXIT_INPUT)
         rates = compare_scrapes(first, second, interval_s=interval_s, slo=slo)
     except ScrapeFormatError as exc:
         raise _fail(str(exc)) from None

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from llmslo.cli._common import EXIT_USAGE, shown
+from llmslo.cli._common import fail as _fail
 from llmslo.telemetry import LlmsloError
 
 
@@ -45,20 +47,19 @@ def stream_sim_command(
     try:
         result = simulate_stream(tokens, drains, capacity, deadline)
     except LlmsloError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/bold red] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        raise _fail(str(exc), EXIT_USAGE) from None
     if as_json:
         data = result.to_dict()
         if not trace:
             data.pop("trace")
         typer.echo(json.dumps(data, indent=2))
         return
-    out = Console(width=120)
+    out = Console(width=120, emoji=False)
     t = Table(title="Stream simulation (tokens; ticks)", title_justify="left")
     for col in ("ticks", "generated", "sent", "unsent (waste)", "paused ticks", "deepest queue", "finish"):
         t.add_column(col, justify="right")
     t.add_row(str(result.ticks), str(result.generated), str(result.sent), str(result.unsent),
-              str(result.paused_ticks), str(result.max_queued), result.terminal.reason)
+              str(result.paused_ticks), str(result.max_queued), shown(result.terminal.reason))
     out.print(t)
     if trace:
         tt = Table(title="Per tick", title_justify="left")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from llmslo.cli._common import EXIT_INPUT, EXIT_USAGE, shown
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import duration as _duration
 from llmslo.cli._common import fail as _fail
@@ -42,7 +43,7 @@ def _print_summary(out: Console, s: TraceSummary, written: Path | None) -> None:
 
     from llmslo.analysis.workload import TRACE_NOTE
 
-    out.print(f"[bold]{s.source}[/bold] ({s.kind}): {TRACE_NOTE}", highlight=False, soft_wrap=True)
+    out.print(f"[bold]{shown(s.source)}[/bold] ({shown(s.kind)}): {shown(TRACE_NOTE)}", highlight=False, soft_wrap=True)
     t = Table(title="Arrivals", title_justify="left", show_header=False)
     t.add_column("what")
     t.add_column("value", justify="right")
@@ -57,7 +58,7 @@ def _print_summary(out: Console, s: TraceSummary, written: Path | None) -> None:
 
         t.add_row("first arrival (UTC)", datetime.fromtimestamp(s.start_unix_s, UTC).isoformat(timespec="seconds"))
     if s.models:
-        t.add_row("requests per model", ", ".join(f"{m}: {n:,}" for m, n in s.models.items()))
+        t.add_row("requests per model", shown(", ".join(f"{m}: {n:,}" for m, n in s.models.items())))
     t.add_row("requests with 0 output tokens", f"{s.zero_output_requests:,}")
     out.print(t)
     lengths = Table(title="Token lengths (tokens)", title_justify="left")
@@ -81,9 +82,9 @@ def _print_summary(out: Console, s: TraceSummary, written: Path | None) -> None:
             f"{_opt(p.first_block_shared_fraction, '{:.2%}')}; hit rate of an unbounded prefix cache: "
             f"{_opt(p.prefix_block_hit_fraction, '{:.1%}')} of blocks", highlight=False, soft_wrap=True)
     for note in s.notes:
-        out.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
+        out.print(f"[yellow]note:[/yellow] {shown(note)}", highlight=False, soft_wrap=True)
     if written is not None:
-        out.print(f"schedule written to {written}", highlight=False)
+        out.print(f"schedule written to {shown(written)}", highlight=False)
 
 
 def trace_command(
@@ -109,19 +110,22 @@ def trace_command(
     from llmslo.analysis.workload import TraceFormatError, read_trace
 
     if kind not in (*KINDS, "auto"):
-        raise _fail(f"unknown trace kind {kind!r}: expected one of {', '.join(KINDS)} or auto", 2)
+        raise _fail(f"unknown trace kind {kind!r}: expected one of {', '.join(KINDS)} or auto", EXIT_USAGE)
     bucket_s = _duration("bucket", bucket)
     if out is not None and out.suffix.lower() not in _WRITERS:
-        raise _fail(f"--out: write a {' or '.join(_WRITERS)} file, not {out.name!r}", 2)
+        raise _fail(f"--out: write a {' or '.join(_WRITERS)} file, not {out.name!r}", EXIT_USAGE)
     try:
         schedule, summary = read_trace(kind, file, bucket_s=bucket_s)
     except TraceFormatError as exc:
-        raise _fail(str(exc)) from None
+        raise _fail(str(exc), EXIT_INPUT) from None
     if out is not None:
-        if out.suffix.lower() == ".parquet":
-            schedule.write_parquet(out)
-        else:
-            schedule.write_ndjson(out)
+        try:
+            if out.suffix.lower() == ".parquet":
+                schedule.write_parquet(out)
+            else:
+                schedule.write_ndjson(out)
+        except OSError as exc:
+            raise _fail(f"--out: cannot write {out}: {exc.strerror or exc}", EXIT_INPUT) from None
     if as_json:
         doc = summary.to_dict()
         doc["schedule_written_to"] = str(out) if out is not None else None

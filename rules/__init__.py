@@ -14,6 +14,7 @@ Example::
     Path("rules.yml").write_text(out.rules)
 """
 
+from llmslo.rules._durations import MAX_PROMETHEUS_DURATION_S
 from llmslo.rules._errors import PromtoolError, SpecError
 from llmslo.rules._explain import BurnRow, Explanation, OtherRow, explain
 from llmslo.rules._generator import Rule, RuleGroup, generate_groups
@@ -32,6 +33,7 @@ from llmslo.rules._spec import (
     parse_spec,
     parse_spec_text,
 )
+from llmslo.rules._yaml import MAX_YAML_DEPTH, MAX_YAML_NODES, load_yaml, top_level_keys
 
 __all__ = [
     "BurnAlertSpec",
@@ -40,6 +42,9 @@ __all__ = [
     "Check",
     "DEFAULT_BURN_ALERTS",
     "Explanation",
+    "MAX_PROMETHEUS_DURATION_S",
+    "MAX_YAML_DEPTH",
+    "MAX_YAML_NODES",
     "Model",
     "ObjectiveSpec",
     "OperationalAlert",
@@ -62,9 +67,11 @@ __all__ = [
     "generate_groups",
     "generate_proofs",
     "load_spec",
+    "load_yaml",
     "parse_spec",
     "parse_spec_text",
     "proof_file_name",
     "render",
     "run_rule_tests",
+    "top_level_keys",
 ]

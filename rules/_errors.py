@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import reprlib
+
 from llmslo.telemetry import ConfigurationError, LlmsloError
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxstring, _SHORT.maxother = 2, 4, 4, 60, 60
+
+
+def short_repr(value: object) -> str:
+    """``repr(value)`` cut to a few dozen characters: a huge or deeply nested value would flood a message."""
+    return _SHORT.repr(value)
 
 
 class SpecError(ConfigurationError):

@@ -59,18 +59,20 @@ def proof_file_name(tests_name: str, eval_s: int, base_eval_s: int) -> str:
 
 
 def render(model: Model, rule_file: str = "rules.yml", tests_name: str = "rules_test.yml",
-           source: str | None = None) -> Rendered:
-    """Render the rules and their promtool tests.
+           source: str | None = None, *, with_tests: bool = True) -> Rendered:
+    """Render the rules and (unless not ``with_tests``) their promtool tests.
 
     ``rule_file`` is how the test files name the rules file (relative to their folder); ``tests_name`` is the
     name of the first test file, the others are derived from it (:func:`proof_file_name`); ``source`` (the
-    spec's file name) goes into the headers.
+    spec's file name) goes into the headers. Raises :class:`~llmslo.rules.SpecError` when the tests would be
+    too long to build or run (:data:`~llmslo.rules._proofs.MAX_PROOF_STEPS`).
     """
     groups = generate_groups(model)
     rules = header("Prometheus rules", source) + dump_yaml({"groups": [g.as_dict() for g in groups]})
     base = model.spec.evaluation_interval_s
+    documents = proof_documents(model, groups, rule_file) if with_tests else {}
     tests = tuple(
         (proof_file_name(tests_name, eval_s, base),
          header(f"promtool tests (rules evaluated every {prometheus_duration(eval_s)})", source) + dump_yaml(doc))
-        for eval_s, doc in proof_documents(model, groups, rule_file).items())
+        for eval_s, doc in documents.items())
     return Rendered(rules, tests, sum(len(g.rules) for g in groups), len(groups))

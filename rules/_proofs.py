@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from llmslo.rules._durations import human_duration, prometheus_duration
+from llmslo.rules._errors import SpecError
 from llmslo.rules._generator import Rule, RuleGroup, operational_matchers, slo_metrics
 from llmslo.rules._model import BurnRateAlert, Model, OperationalAlert, Slo
 from llmslo.rules._promql import Matcher, equal, le_forms, selector
@@ -43,6 +44,10 @@ SAMPLES_PER_SHORT_WINDOW = 12
 """Test series are sampled this many times per short window of the alert under test."""
 INSTANCE = "server-1:8000"
 """The ``instance`` label of synthetic per-process series."""
+MAX_PROOF_STEPS = 50_000
+"""Most samples in one phase of a test series. A spec whose windows or ``for`` durations need more (say a
+``for`` of 30d at a 30 s scrape interval: 86,400) is refused before any list is built: its tests would take
+promtool hours, and building them would take minutes and gigabytes here."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +149,22 @@ def _floor_to(seconds: float, step: int) -> int:
     return math.floor(seconds / step + 1e-9) * step
 
 
+class _TooLong(Exception):
+    """A proof would need more than :data:`MAX_PROOF_STEPS` samples in one phase."""
+
+    def __init__(self, steps: int, interval_s: int) -> None:
+        super().__init__(steps, interval_s)
+        self.steps = steps
+        self.interval_s = interval_s
+
+    def refuse(self, field: str, alert: str) -> SpecError:
+        """The spec error naming ``field`` (what to shorten) for ``alert``'s tests."""
+        return SpecError(field, f"the promtool tests of {alert} would sample a series {self.steps:,} times, "
+                                f"every {prometheus_duration(self.interval_s)} (at most {MAX_PROOF_STEPS:,}): "
+                                "shorten it, scrape less often (scrape.interval), or generate the rules "
+                                "without --tests")
+
+
 @dataclass(frozen=True)
 class _Clock:
     """Sample interval and evaluation interval of one test group, seconds."""
@@ -162,8 +183,11 @@ class _Clock:
         return self.interval_s + self.eval_s
 
     def steps(self, seconds: float) -> int:
-        """Whole sample steps covering ``seconds``."""
-        return _ceil_to(seconds, self.interval_s) // self.interval_s
+        """Whole sample steps covering ``seconds``; :class:`_TooLong` beyond :data:`MAX_PROOF_STEPS`."""
+        steps = _ceil_to(seconds, self.interval_s) // self.interval_s
+        if steps > MAX_PROOF_STEPS:
+            raise _TooLong(steps, self.interval_s)
+        return steps
 
     def at(self, seconds: float) -> int:
         """The last evaluation at or before ``seconds``."""
@@ -392,10 +416,19 @@ def _slo_proofs(model: Model, groups: Sequence[RuleGroup]) -> list[Proof]:
     proofs: list[Proof] = []
     for batch in _batches(model.slos):
         for i in range(len(model.spec.burn_alerts)):
-            proofs.extend(_burn_proofs([_Burn(slo, slo.alerts[i], rules[slo.alerts[i].name]) for slo in batch],
-                                       model))
-        proofs.append(_no_traffic_proof(batch, model))
-        proofs.append(_absent_proof([(slo, rules[slo.absent_alert]) for slo in batch], model))
+            try:
+                proofs.extend(_burn_proofs([_Burn(slo, slo.alerts[i], rules[slo.alerts[i].name])
+                                            for slo in batch], model))
+            except _TooLong as exc:
+                raise exc.refuse(f"burn_alerts[{i}]", batch[0].alerts[i].name) from None
+        try:
+            proofs.append(_no_traffic_proof(batch, model))
+        except _TooLong as exc:
+            raise exc.refuse("burn_alerts", f"the no-traffic group of {batch[0].name}") from None
+        try:
+            proofs.append(_absent_proof([(slo, rules[slo.absent_alert]) for slo in batch], model))
+        except _TooLong as exc:
+            raise exc.refuse("absent_for", batch[0].absent_alert) from None
     return proofs
 
 
@@ -583,7 +616,11 @@ _OPERATIONAL_PROOFS = {
 
 
 def generate_proofs(model: Model, groups: Sequence[RuleGroup]) -> tuple[Proof, ...]:
-    """Every proof of a model: the SLOs in spec order, then the operational alerts."""
+    """Every proof of a model: the SLOs in spec order, then the operational alerts.
+
+    Raises :class:`SpecError` naming the spec field to shorten when a proof would need more than
+    :data:`MAX_PROOF_STEPS` samples in one phase.
+    """
     by_name = {g.name: g for g in groups}
     proofs = _slo_proofs(model, groups)
     operational = by_name.get(f"llmslo-{model.spec.service}-operational")
@@ -591,7 +628,10 @@ def generate_proofs(model: Model, groups: Sequence[RuleGroup]) -> tuple[Proof, .
         rules = {r.alert: r for r in operational.rules if r.alert}
         clock = _Clock(model.spec.scrape_interval_s, model.spec.evaluation_interval_s)
         for alert in model.operational:
-            proofs.append(_OPERATIONAL_PROOFS[alert.kind](model, alert, rules[alert.name], clock))
+            try:
+                proofs.append(_OPERATIONAL_PROOFS[alert.kind](model, alert, rules[alert.name], clock))
+            except _TooLong as exc:
+                raise exc.refuse(f"operational.{alert.kind}", alert.name) from None
     return tuple(proofs)
 
 

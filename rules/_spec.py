@@ -26,9 +26,9 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Literal, cast
 
-from llmslo.rules._compat import yaml
 from llmslo.rules._durations import parse_duration_s, parse_whole_seconds, prometheus_duration
-from llmslo.rules._errors import SpecError
+from llmslo.rules._errors import SpecError, short_repr
+from llmslo.rules._yaml import load_yaml
 from llmslo.telemetry import (
     FINISH_REASONS,
     LABELS,
@@ -229,7 +229,7 @@ class _Fields:
             raise SpecError(path or "spec", f"expected a mapping, got {_kind(raw)}")
         for key in raw:
             if not isinstance(key, str):
-                raise SpecError(path or "spec", f"keys must be strings, got {key!r}")
+                raise SpecError(path or "spec", f"keys must be strings, got {short_repr(key)}")
         self.raw = cast(Mapping[str, object], raw)
         self.path = path
         self.read: set[str] = set()
@@ -258,7 +258,7 @@ class _Fields:
         value = self.text(key, required=True)
         assert value is not None
         if not _NAME.match(value):
-            raise SpecError(self.at(key), f"{value!r} must be lower case letters, digits, '-' or '_', "
+            raise SpecError(self.at(key), f"{short_repr(value)} must be lower case letters, digits, '-' or '_', "
                                           "starting with a letter")
         return value
 
@@ -276,7 +276,7 @@ class _Fields:
         if percent:
             number /= Decimal(100)
         if not Decimal(0) < number <= Decimal(1):
-            raise SpecError(self.at(key), f"must be a ratio in (0, 1] such as 0.8 or 80%, got {value!r}")
+            raise SpecError(self.at(key), f"must be a ratio in (0, 1] such as 0.8 or 80%, got {short_repr(value)}")
         return number
 
     def positive(self, key: str, default: Decimal) -> Decimal:
@@ -285,13 +285,13 @@ class _Fields:
             return default
         number = _decimal(value, self.at(key))
         if number <= 0:
-            raise SpecError(self.at(key), f"must be positive, got {value!r}")
+            raise SpecError(self.at(key), f"must be positive, got {short_repr(value)}")
         return number
 
     def severity(self, default: Severity) -> Severity:
         value = self.text("severity", default)
         if value not in SEVERITIES:
-            raise SpecError(self.at("severity"), f"must be one of {', '.join(SEVERITIES)}, got {value!r}")
+            raise SpecError(self.at("severity"), f"must be one of {', '.join(SEVERITIES)}, got {short_repr(value)}")
         return value
 
     def finish(self) -> None:
@@ -301,7 +301,7 @@ class _Fields:
 
 
 def _kind(value: object) -> str:
-    return "nothing" if value is None else f"{type(value).__name__} {value!r}"
+    return "nothing" if value is None else f"{type(value).__name__} {short_repr(value)}"
 
 
 def _decimal(value: object, path: str) -> Decimal:
@@ -310,9 +310,9 @@ def _decimal(value: object, path: str) -> Decimal:
     try:
         number = Decimal(str(value).strip())
     except InvalidOperation:
-        raise SpecError(path, f"expected a number, got {value!r}") from None
+        raise SpecError(path, f"expected a number, got {short_repr(value)}") from None
     if not number.is_finite():
-        raise SpecError(path, f"expected a finite number, got {value!r}")
+        raise SpecError(path, f"expected a finite number, got {short_repr(value)}")
     return number
 
 
@@ -355,7 +355,7 @@ def _selector(raw: object, path: str) -> Pairs:
             raise SpecError(f"{path}.{key}", f"unknown label; llmslo metrics carry: {', '.join(known)}")
         allowed = LABELS[key].values if key in LABELS else None
         if allowed is not None and value not in allowed:
-            raise SpecError(f"{path}.{key}", f"unknown value {value!r}; allowed: {', '.join(allowed)}")
+            raise SpecError(f"{path}.{key}", f"unknown value {short_repr(value)}; allowed: {', '.join(allowed)}")
         if not value:
             raise SpecError(f"{path}.{key}", "must not be empty")
     return pairs
@@ -367,7 +367,7 @@ def _check_selector_fits(selector: Pairs, own: Pairs, metrics: tuple[Metric, ...
         for metric in metrics:
             if key not in metric.labels and key not in TARGET_LABELS:
                 where = f"{path}.selector.{key}" if key in dict(own) else f"selector.{key}"
-                raise SpecError(where, f"{metric.name} has no label {key!r} "
+                raise SpecError(where, f"{metric.name} has no label {short_repr(key)} "
                                        f"(its labels: {', '.join(metric.labels) or 'none'})")
 
 
@@ -378,7 +378,7 @@ def _histogram(raw: object, path: str) -> Metric:
         if metric is not None and metric.type == "histogram":
             return metric
     names = ", ".join(f"{m.key} ({m.name})" for m in histograms)
-    raise SpecError(path, f"unknown latency metric {raw!r}; known: {names}")
+    raise SpecError(path, f"unknown latency metric {short_repr(raw)}; known: {names}")
 
 
 def _threshold(raw: object, metric: Metric, path: str) -> float:
@@ -398,14 +398,15 @@ def _objective(raw: object, path: str, spec_selector: Pairs, runbook: str | None
     name = f.name("name")
     kind = f.text("kind", required=True)
     if kind not in OBJECTIVE_KINDS:
-        raise SpecError(f.at("kind"), f"must be one of {', '.join(OBJECTIVE_KINDS)}, got {kind!r}")
+        raise SpecError(f.at("kind"), f"must be one of {', '.join(OBJECTIVE_KINDS)}, got {short_repr(kind)}")
     objective_raw = f.get("objective")
     if objective_raw is None:
         raise SpecError(f.at("objective"), "is required: a percentage such as 99 or 99.9")
     objective = _decimal(objective_raw.strip().removesuffix("%") if isinstance(objective_raw, str)
                          else objective_raw, f.at("objective"))
     if not Decimal(0) < objective < Decimal(100):
-        raise SpecError(f.at("objective"), f"must be a percentage strictly between 0 and 100, got {objective_raw!r}")
+        raise SpecError(f.at("objective"),
+                        f"must be a percentage strictly between 0 and 100, got {short_repr(objective_raw)}")
     own = _selector(f.get("selector") or {}, f.at("selector"))
     selector = tuple(sorted({**dict(spec_selector), **dict(own)}.items()))
     metric: str | None = None
@@ -437,9 +438,10 @@ def _bad_reasons(raw: object, path: str) -> tuple[str, ...]:
         raise SpecError(path, f"expected a non-empty list of finish reasons, got {_kind(raw)}")
     for i, reason in enumerate(raw):
         if reason not in FINISH_REASONS:
-            raise SpecError(f"{path}[{i}]", f"unknown finish reason {reason!r}; known: {', '.join(FINISH_REASONS)}")
+            raise SpecError(f"{path}[{i}]",
+                            f"unknown finish reason {short_repr(reason)}; known: {', '.join(FINISH_REASONS)}")
         if reason in ("stop", "length"):
-            raise SpecError(f"{path}[{i}]", f"{reason!r} is a successful finish and cannot count as bad")
+            raise SpecError(f"{path}[{i}]", f"{short_repr(reason)} is a successful finish and cannot count as bad")
     return tuple(r for r in FINISH_REASONS if r in raw)
 
 
@@ -502,7 +504,7 @@ def _operational(raw: object, path: str) -> OperationalSpec:
             for i, r in enumerate(reasons_raw):
                 if r not in REJECT_REASONS:
                     raise SpecError(f"{s.at('reasons')}[{i}]",
-                                    f"unknown reject reason {r!r}; known: {', '.join(REJECT_REASONS)}")
+                                    f"unknown reject reason {short_repr(r)}; known: {', '.join(REJECT_REASONS)}")
             reasons = tuple(r for r in REJECT_REASONS if r in reasons_raw)
         rejections = RejectionsSpec(s.ratio("threshold", Decimal("0.05")), s.seconds("window", 300),
                                     s.seconds("for", 300), reasons, s.severity("page"))
@@ -621,18 +623,27 @@ def parse_spec(data: object) -> Spec:
 
 
 def parse_spec_text(text: str, source: str = "spec") -> Spec:
-    """Parse YAML text into a validated :class:`Spec` (PyYAML, safe loader).
+    """Parse YAML text into a validated :class:`Spec` (PyYAML, safe loader, within the limits of
+    :func:`~llmslo.rules.load_yaml`: aliases may not expand past 10,000 nodes, nesting not past 32 levels).
 
-    Raises :class:`SpecError` for invalid YAML or an invalid field.
+    Raises :class:`SpecError` for invalid YAML, YAML beyond the limits, or an invalid field.
     """
+    return parse_spec(load_yaml(text, source))
+
+
+def decode_spec(data: bytes, source: str = "spec") -> str:
+    """``data`` as UTF-8 text; :class:`SpecError` naming the line and byte of the first invalid byte."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError("", f"{source} is not valid YAML: {exc}") from None
-    return parse_spec(data)
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise SpecError("", f"{source} is not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line}, byte "
+                            f"{column} of the line ({exc.reason}); save the spec as UTF-8") from None
 
 
 def load_spec(path: str | Path) -> Spec:
-    """Read and validate the spec file at ``path``. Raises :class:`SpecError` (or ``OSError``)."""
+    """Read and validate the spec file at ``path``. Raises :class:`SpecError` (or ``OSError``); a problem with
+    the whole file (not UTF-8, not YAML, beyond the limits) names ``path`` in the message."""
     file = Path(path)
-    return parse_spec_text(file.read_text(encoding="utf-8"), file.name)
+    return parse_spec_text(decode_spec(file.read_bytes(), str(file)), str(file))

@@ -6,10 +6,11 @@ import math
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 from scipy import stats
 
-from llmslo.analysis import Store
+from llmslo.analysis import Store, polars_schema
 from llmslo.analysis.anomaly import (
     AnomalyConfig,
     TighteningConfig,
@@ -23,7 +24,7 @@ from llmslo.analysis.anomaly import (
     tightening_signals,
 )
 from llmslo.analysis.anomaly._ks import KSTWO_MAX_N, ks_pvalue, ks_statistic_sorted, ks_statistics_against
-from llmslo.telemetry import ConfigurationError
+from llmslo.telemetry import COLUMNS, ConfigurationError
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "real_data"
 T0 = 1_700_006_400.0  # a multiple of 300 s
@@ -251,3 +252,146 @@ def test_the_demo_overload_burst_is_found_from_the_store(tmp_path: Path) -> None
     first = min(f.end_unix_s for f in ttft)
     assert burst < first <= burst + 3 * 120  # within three 120 s windows of the burst start
     assert all(f.p99_change is not None for f in ttft)
+
+
+# ---- before/after of a finding, untested series, stores the scan cannot place ---------------------------
+
+
+def _summary_frame(t: np.ndarray, ttft: np.ndarray, *, prefix: str = "r") -> pl.DataFrame:
+    """Successful requests arriving at ``t`` (Unix s) with TTFT ``ttft`` (s), 11 tokens each."""
+    n = len(t)
+    cols: dict[str, object] = {
+        "request_id": [f"{prefix}#{i}" for i in range(n)], "model": ["m"] * n, "version": ["v1"] * n,
+        "tenant_class": ["interactive"] * n, "arrival_unix_s": t, "finish_reason": ["stop"] * n,
+        "queue_s": ttft / 2, "ttft_s": ttft, "last_token_s": ttft + 1.0, "e2e_s": ttft + 1.1,
+        "prompt_tokens": np.full(n, 100), "generated_tokens": np.full(n, 11), "sent_tokens": np.full(n, 11),
+    }
+    schema = polars_schema()
+    frame = pl.DataFrame(cols).with_columns(
+        pl.lit(c.default).cast(schema[c.name]).alias(c.name) for c in COLUMNS if c.name not in cols)
+    return frame.select(schema.names()).cast(dict(schema))
+
+
+def _burst_store(path: Path, baseline: str = "preceding") -> tuple[Path, np.ndarray, np.ndarray]:
+    """An hour of calm TTFT (0.1-0.5 s) at 10 req/s, then 30 minutes of a burst (8-10.5 s)."""
+    rng = np.random.default_rng(12)
+    t = T0 + np.sort(rng.uniform(0, 5400, 54_000))
+    x = rng.uniform(0.1, 0.5, len(t))
+    burst = t >= T0 + 3600
+    x[burst] = rng.uniform(8.0, 10.5, int(burst.sum()))
+    with Store.open(path) as store:
+        store.ingest_frame(_summary_frame(t, x))
+    return path, t, x
+
+
+def test_a_finding_compares_the_run_with_the_baseline_before_the_run(tmp_path: Path) -> None:
+    db, t, x = _burst_store(tmp_path / "s.duckdb")
+    with Store.open(db, read_only=True) as store:
+        report = detect_anomalies(store.con, AnomalyConfig(), by=())
+    f = report.findings[0]
+    assert (f.first_start_unix_s, f.end_unix_s, f.windows) == (T0 + 3600, T0 + 4200, 2)
+    before = x[(t >= T0 + 3600 - 12 * 300) & (t < T0 + 3600)]  # the 12 windows before the run: all calm
+    after = x[(t >= T0 + 3600) & (t < T0 + 4200)]
+    assert f.p99_before_s == pytest.approx(float(np.quantile(before, 0.99)), abs=1e-12)
+    assert f.p99_before_s < 0.5  # the calm baseline, not one that holds the run's first window
+    assert f.p99_after_s == pytest.approx(float(np.quantile(after, 0.99)), abs=1e-12)
+    assert f.p50_before_s == pytest.approx(float(np.quantile(before, 0.5)), abs=1e-12)
+    assert (f.n_run, f.n_before) == (len(after), len(before))
+    assert f.p99_change == pytest.approx((f.p99_after_s - f.p99_before_s) / f.p99_before_s)
+    assert f.p99_change_s == pytest.approx(f.p99_after_s - f.p99_before_s)
+    # the test figures stay those of the window that completed the run (its baseline holds the first one)
+    assert f.start_unix_s == T0 + 3900 and f.n_baseline == int(np.sum((t >= T0 + 300) & (t < T0 + 3900)))
+
+
+def test_week_and_reference_findings_take_before_from_their_own_baseline() -> None:
+    rng = np.random.default_rng(13)
+    t1, x1 = _stream(rng, 5.0, 3600)
+    t2, x2 = _stream(rng, 5.0, 3600)
+    t = np.concatenate([t1, t2 + WEEK])
+    x = np.concatenate([x1, x2 * np.where(t2 >= T0 + 1800, 3.0, 1.0)])
+    week = detect_in_arrays({"s": (t, x)}, AnomalyConfig(baseline="week", min_samples=50))
+    f = week.findings[0]
+    assert f.first_start_unix_s == T0 + WEEK + 1800
+    span = (t >= f.first_start_unix_s - WEEK) & (t < f.end_unix_s - WEEK)
+    assert f.p99_before_s == pytest.approx(float(np.quantile(x[span], 0.99)), abs=1e-12)
+    ref = detect_in_arrays({"s": (t, x)}, AnomalyConfig(baseline="reference", reference_start_unix_s=T0,
+                                                        reference_end_unix_s=T0 + 600, min_samples=50))
+    g = next(f for f in ref.findings if f.first_start_unix_s >= T0 + WEEK)
+    assert g.n_before == int(np.sum(t < T0 + 600))
+    assert g.p50_before_s == pytest.approx(float(np.quantile(x[t < T0 + 600], 0.5)), abs=1e-12)
+
+
+WEEK = 7 * 86_400.0
+
+
+def _imports_record(store: Store, prefix: str) -> None:
+    """A provenance record of an import without arrival times (with the run-duration columns)."""
+    from llmslo.analysis.store import IMPORTS_TABLE, imports_ddl
+
+    store.con.execute(imports_ddl())
+    have = {r[0] for r in store.con.sql(
+        f"SELECT column_name FROM duckdb_columns() WHERE table_name = '{IMPORTS_TABLE}'").fetchall()}
+    for name, kind in (("id_prefix", "VARCHAR"), ("run_duration_s", "DOUBLE"), ("run_duration_note", "VARCHAR")):
+        if name not in have:
+            store.con.execute(f"ALTER TABLE {IMPORTS_TABLE} ADD COLUMN {name} {kind}")
+    store.con.execute(
+        f"INSERT INTO {IMPORTS_TABLE} (content_sha256, source, kind, tool, rows_read, rows_imported, rows_inserted, "
+        "rows_already_stored, arrivals_available, arrival_note, conversions, missing_fields, finish_reasons, "
+        "imported_unix_s, id_prefix, run_duration_s) VALUES (?, ?, 'llmperf', 'LLMPerf', 0, 0, 0, 0, FALSE, '', "
+        "[], [], MAP {}, 0, ?, 60.0)", [f"sha-{prefix}", f"/runs/{prefix}.json", prefix])
+
+
+def test_a_scan_that_tests_no_window_says_why(tmp_path: Path) -> None:
+    rng = np.random.default_rng(14)
+    with Store.open(tmp_path / "imported.duckdb") as store:  # an import without arrival times: not scanned
+        store.ingest_frame(_summary_frame(np.zeros(500), rng.uniform(0.1, 1, 500), prefix="bench"))
+        _imports_record(store, "bench")
+        imported = detect_anomalies(store.con, AnomalyConfig(), by=())
+    assert imported.windows == {} and imported.findings == []
+    assert any("500 row(s) from imports without arrival times (bench.json)" in n for n in imported.notes)
+    with Store.open(tmp_path / "same.duckdb") as store:  # ingested as is: every arrival the same
+        store.ingest_frame(_summary_frame(np.full(500, T0), rng.uniform(0.1, 1, 500)))
+        same = detect_anomalies(store.con, AnomalyConfig(), by=())
+    assert "same arrival time" in same.untested["ttft"]
+    assert same.to_dict()["series"]["ttft"]["untested_reason"] == same.untested["ttft"]
+    t, x = _stream(rng, 0.2, 3 * 3600)  # ~60 requests a window
+    sparse = detect_in_arrays({"s": (t, x)}, AnomalyConfig(baseline_windows=6))
+    assert sparse.untested["s"].startswith("too few requests per window") and "needs 100" in sparse.untested["s"]
+    t, x = _stream(rng, 5.0, 3600)
+    far = detect_in_arrays({"s": (t, x)}, AnomalyConfig(baseline="reference", reference_start_unix_s=T0 - 900,
+                                                        reference_end_unix_s=T0 - 600))
+    assert far.untested["s"] == "no window has a baseline: the reference period holds no request"
+    short = detect_in_arrays({"s": (t[:10], x[:10])}, AnomalyConfig())
+    assert short.untested["s"].startswith("no complete window")
+    busy = detect_in_arrays({"s": _stream(rng, 10.0, 3 * 3600)}, AnomalyConfig(baseline_windows=6))
+    assert busy.untested == {} and busy.to_dict()["series"]["s"]["untested_reason"] is None
+
+
+def test_a_scan_refuses_more_windows_than_it_tests_and_arrivals_it_cannot_place(tmp_path: Path) -> None:
+    from llmslo.analysis.report import MAX_WINDOWS, ReportDataError
+
+    t = np.array([T0, T0 + 10 * 86_400.0])
+    with pytest.raises(ConfigurationError, match=r"--window 1s with --step 1s gives [\d,]+ windows"):
+        scan_series(t, np.ones(2), AnomalyConfig(window_s=1.0))
+    with pytest.raises(ConfigurationError, match=f"more than the {MAX_WINDOWS:,}"):
+        scan_series(np.array([T0, 1.7e308]), np.ones(2), AnomalyConfig())
+    with Store.open(tmp_path / "s.duckdb") as store:
+        store.ingest_frame(_summary_frame(np.full(3, T0), np.ones(3)))
+        store.con.execute("UPDATE request_summaries SET arrival_unix_s = -1e12 WHERE request_id = 'r#1'")
+        with pytest.raises(ReportDataError, match=r"1 row\(s\).*'r#1'"):
+            detect_anomalies(store.con, AnomalyConfig(), by=())
+
+
+def test_a_request_that_outlives_its_window_counts_in_the_window_of_its_arrival() -> None:
+    # each window ends with requests whose latency (60 s) outlasts it: the scan takes them by arrival
+    rng = np.random.default_rng(15)
+    t, x = _stream(rng, 2.0, 3600)
+    late = (t - T0) % 300 > 290
+    x[late] = 60.0
+    windows = scan_series(t, x, AnomalyConfig(min_samples=10))
+    assert sum(w.statistic is not None for w in windows) == len(windows) - 1 > 0  # the first has no baseline
+    for w in windows:
+        inside = (t >= w.start_unix_s) & (t < w.end_unix_s)
+        assert w.n == int(inside.sum()) and int((inside & late).sum()) > 0
+        if w.statistic is not None:
+            assert w.p99_after_s == pytest.approx(float(np.quantile(x[inside], 0.99)), abs=1e-12)

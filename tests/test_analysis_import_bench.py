@@ -409,10 +409,10 @@ def test_the_import_command_reports_conversions_and_warns_without_arrivals(tmp_p
     assert "inter_token_latency_s is LLMPerf's per-request mean" in result.stdout
     assert "rejected 130, stop 20" in result.stdout and "not in the file:" in result.stdout
     assert "no request start times" in result.stderr and "lepton_13b.json" in result.stderr
-    again = _run_import("llmperf", str(lepton), "--db", str(db), "--model", "other-name", "--json")
+    again = _run_import("llmperf", str(lepton), "--db", str(db), "--json")
     assert again.exit_code == 0, again.output
     row = json.loads(again.stdout)["files"][0]
-    assert row["rows_inserted"] == 0 and row["rows_already_stored"] == 150  # request ids from file name + index
+    assert row["rows_inserted"] == 0 and row["rows_already_stored"] == 150  # request ids from content + index
     with Store.open(db, read_only=True) as store:
         records = {Path(r["source"]).name: r for r in recorded_imports(store)}
         assert store.meta("import:lepton_13b.json") is None  # provenance lives in its own table, not meta strings
@@ -422,13 +422,16 @@ def test_the_import_command_reports_conversions_and_warns_without_arrivals(tmp_p
     assert lepton_record["rows_inserted"] == 0 and lepton_record["rows_already_stored"] == 150
     assert lepton_record["content_sha256"] == hashlib.sha256(lepton.read_bytes()).hexdigest()
     assert records["guidellm_benchmarks_old.json"]["arrivals_available"] is True
+    renamed = _run_import("llmperf", str(lepton), "--db", str(db), "--model", "other-name")
+    assert renamed.exit_code == 0, renamed.output  # the same ids with other content: kept as stored, and said
+    assert "150 row(s) have a request_id that is stored with other content" in " ".join(renamed.stderr.split())
 
 
 def test_the_import_command_rejects_unknown_kinds_and_missing_files(tmp_path: Path) -> None:
     unknown = _run_import("perf-magic", str(FIXTURES / "aiperf_profile_export.jsonl"), "--db", str(tmp_path / "s.db"))
     assert unknown.exit_code == 2 and "unknown import kind 'perf-magic'" in unknown.stderr
     missing = _run_import("auto", str(tmp_path / "nope.json"), "--db", str(tmp_path / "s.db"))
-    assert missing.exit_code == 2 and "no such file" in missing.stderr
+    assert missing.exit_code == 1 and "no such file" in missing.stderr
     assert not (tmp_path / "s.db").exists()
 
 

@@ -104,31 +104,79 @@ def test_goodput_keeps_shed_and_cancelled_requests_in_the_denominator(tmp_path: 
     assert g["latency"]["tpot_s"]["max"] == pytest.approx(0.1)
 
 
-def test_windows_align_to_unix_time_and_count_requests_still_running_as_in_flight(tmp_path: Path) -> None:
+def test_windows_align_to_unix_time_and_judge_each_request_by_its_final_outcome(tmp_path: Path) -> None:
     t0 = 1_700_000_000.0  # a multiple of 10
     rows = [
         _success(0, 0.5, arrival_unix_s=t0 + 1.0),
-        _success(1, 0.5, arrival_unix_s=t0 + 8.0, decode=5.0),  # finishes at t0+13.5: in flight at t0+10
-        _success(2, 0.5, arrival_unix_s=t0 + 12.0),
+        _success(1, 0.5, arrival_unix_s=t0 + 8.0),  # finishes at t0+9.51
+        _success(2, 0.5, arrival_unix_s=t0 + 9.0, decode=1.0),  # finishes at t0+10.51: after its window's end
+        _success(3, 0.5, arrival_unix_s=t0 + 12.0),
     ]
     with _store(tmp_path / "s.duckdb", rows) as store:
         rep = build_report(store.con, ReportSpec(GoodputPolicy(window_s=10.0))).to_dict()
     first, second = rep["groups"]
     assert first["keys"]["window_start_unix_s"] == t0 and second["keys"]["window_start_unix_s"] == t0 + 10
-    assert (first["attempted"], first["in_flight"], first["good"], first["goodput_fraction"]) == (2, 1, 1, 1.0)
-    assert first["request_goodput_per_s"] == pytest.approx(0.1)
-    assert first["token_goodput_per_s"] == pytest.approx(11 / 10)
-    assert rep["rate_basis"] == {"kind": "window", "seconds": 10.0}
+    # the request that outlived its window belongs to it, judged by its outcome: nothing is in flight
+    assert (first["attempted"], first["in_flight"], first["good"], first["goodput_fraction"]) == (3, 0, 3, 1.0)
+    assert (second["attempted"], second["in_flight"], second["good"]) == (1, 0, 1)
+    assert first["request_goodput_per_s"] == pytest.approx(0.3)
+    assert first["token_goodput_per_s"] == pytest.approx(33 / 10)
+    assert rep["rate_basis"] == {"kind": "window", "seconds": 10.0, "exceptions": []}
+    assert first["rate_basis"] == {"kind": "window", "seconds": 10.0, "note": None}
+    assert rep["until_unix_s"] is None
     acc = first["survivor_bias"]["accounting"]
-    assert acc["balanced"] and acc["admitted"] == acc["stop"] + acc["in_flight"]
+    assert acc["balanced"] and acc["admitted"] == acc["stop"] == 3
+
+
+def test_ten_good_requests_just_before_a_boundary_are_ten_good_requests(tmp_path: Path) -> None:
+    t0 = 1_700_000_000.0
+    rows = [_success(i, 0.5, arrival_unix_s=t0 + 9.9) for i in range(10)]  # each runs 1.51 s past t0+10
+    with _store(tmp_path / "s.duckdb", rows) as store:
+        for window in (10.0, 0.001):
+            (g,) = build_report(store.con, ReportSpec(GoodputPolicy(window_s=window))).to_dict()["groups"]
+            assert (g["attempted"], g["good"], g["in_flight"], g["goodput_fraction"]) == (10, 10, 0, 1.0), window
+            assert g["request_goodput_per_s"] == pytest.approx(10 / window)
+
+
+def test_only_requests_in_flight_at_the_horizon_are_set_apart(tmp_path: Path) -> None:
+    t0 = 1_700_000_000.0
+    rows = [
+        _success(0, 0.5, arrival_unix_s=t0 + 1.0),  # finishes t0+2.51
+        _success(1, 0.5, arrival_unix_s=t0 + 8.0, decode=5.0),  # finishes t0+13.51: in flight at t0+12
+        cancelled_row(2, waited_s=1.0, arrival_unix_s=t0 + 9.0),  # finished t0+10: settled at t0+12
+        _success(3, 0.5, arrival_unix_s=t0 + 11.0),  # finishes t0+12.51: in flight at t0+12
+        _success(4, 0.5, arrival_unix_s=t0 + 12.5),  # arrives after the horizon: not reported
+    ]
+    with _store(tmp_path / "s.duckdb", rows) as store:
+        windowed = build_report(store.con, ReportSpec(GoodputPolicy(window_s=10.0), until_unix_s=t0 + 12)).to_dict()
+        whole = build_report(store.con, ReportSpec(GoodputPolicy(), until_unix_s=t0 + 12)).to_dict()
+        later = build_report(store.con, ReportSpec(GoodputPolicy(window_s=10.0), until_unix_s=t0 + 20)).to_dict()
+    first, second = windowed["groups"]
+    assert windowed["until_unix_s"] == t0 + 12
+    assert (first["attempted"], first["in_flight"], first["good"], first["goodput_fraction"]) == (3, 1, 1, 0.5)
+    assert (second["attempted"], second["in_flight"], second["good"], second["goodput_fraction"]) == (1, 1, 0, None)
+    assert first["finish_reasons"]["stop"] == 1 and first["finish_reasons"]["client_cancel"] == 1
+    acc = first["survivor_bias"]["accounting"]
+    assert acc["balanced"] and acc["in_flight"] == 1
+    # the second window was seen for 2 s before the horizon: its rates divide by those 2 s
+    assert second["rate_basis"]["kind"] == "window" and second["rate_basis"]["seconds"] == pytest.approx(2.0)
+    assert first["request_goodput_per_s"] == pytest.approx(0.1)
+    (g,) = whole["groups"]
+    assert (g["attempted"], g["in_flight"], g["good"], g["goodput_fraction"]) == (4, 2, 1, 0.5)
+    assert whole["rate_basis"]["to_unix_s"] == t0 + 12 and whole["rate_basis"]["seconds"] == pytest.approx(11.0)
+    # a horizon after every finish: nothing in flight, and the decode=5 s request is judged by its outcome
+    assert [(w["attempted"], w["in_flight"], w["good"]) for w in later["groups"]] == [(3, 0, 1), (2, 0, 2)]
+    with pytest.raises(ConfigurationError, match="--until"):
+        ReportSpec(GoodputPolicy(), until_unix_s=float("nan"))
 
 
 def test_without_a_window_rates_divide_by_the_span_and_say_so(tmp_path: Path) -> None:
     rows = [_success(0, 0.5, arrival_unix_s=100.0), _success(1, 0.5, arrival_unix_s=110.0)]
     with _store(tmp_path / "s.duckdb", rows) as store:
         rep = build_report(store.con, ReportSpec(GoodputPolicy())).to_dict()
-    assert rep["rate_basis"]["kind"] == "span"
+    assert rep["rate_basis"]["kind"] == "span" and rep["rate_basis"]["exceptions"] == []
     assert rep["rate_basis"]["seconds"] == pytest.approx(110.0 + 1.51 - 100.0)
+    assert _only(rep)["rate_basis"] == {"kind": "span", "seconds": rep["rate_basis"]["seconds"], "note": None}
     assert _only(rep)["tokens"]["generated_tokens_per_s"] == pytest.approx(22 / 11.51)
 
 

@@ -458,7 +458,7 @@ def test_scrape_command_with_two_files_prints_rates() -> None:
 def test_scrape_command_asks_for_the_interval_when_files_have_no_timestamps() -> None:
     tgi = str(FIXTURES / "tgi_hand.prom.txt")
     res = CliRunner().invoke(_app(), ["scrape", tgi, tgi])
-    assert res.exit_code == 2 and "--interval-s" in res.stderr and "no sample timestamps" in res.stderr
+    assert res.exit_code == 1 and "--interval-s" in res.stderr and "no sample timestamps" in res.stderr
     ok = CliRunner().invoke(_app(), ["scrape", tgi, tgi, "--interval-s", "15", "--json"])
     assert ok.exit_code == 0 and json.loads(ok.stdout)["interval_basis"] == "given"
 
@@ -495,3 +495,73 @@ def test_llmslo_own_exposition_is_read_with_the_catalogue_names() -> None:
     by_interval = {h.interval: h for h in analysis.histograms if h.server == "llmslo" and h.count}
     assert {"ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s"} <= set(by_interval)
     assert by_interval["ttft_s"].count == 1 and by_interval["itl_s"].count == 2
+
+
+def _serve(tel: object, ids: range) -> None:
+    from llmslo.telemetry import Telemetry
+
+    assert isinstance(tel, Telemetry)
+    for i in ids:
+        t = tel.start(f"req-{i}", model="llama", prompt_tokens=8)
+        t.admit()
+        t.schedule()
+        for _ in range(3):
+            t.commit()
+            t.send()
+        t.finish("stop")
+
+
+def test_two_openmetrics_scrapes_of_llmslo_with_exemplars_are_compared(tmp_path: Path) -> None:
+    from llmslo.telemetry import Telemetry, render_metrics
+
+    ticks = iter(range(1_000_000_000, 10**13, 7_000_000))  # 7 ms per clock reading
+    tel = Telemetry(clock_ns=lambda: next(ticks), clock_unix_s=lambda: 1_700_000_000.0, version="v1")
+    openmetrics = "application/openmetrics-text; version=1.0.0"
+    _serve(tel, range(3))
+    before = tmp_path / "t0.om.txt"
+    before.write_bytes(render_metrics(tel.registry, openmetrics)[0])
+    _serve(tel, range(3, 7))
+    after = tmp_path / "t1.om.txt"
+    after.write_bytes(render_metrics(tel.registry, openmetrics)[0])
+    first, second = read_scrape(before), read_scrape(after)
+    assert first.format == second.format == "openmetrics"
+    assert analyze_scrape(first).exemplars > 0 and analyze_scrape(second).exemplars > 0
+
+    rates = compare_scrapes(first, second, interval_s=10.0)
+    [ttft] = [h for h in rates.histograms if h.interval == "ttft_s"]
+    assert ttft.count == 4
+    old = {e for h in first.histograms() for e in h.exemplars}
+    assert ttft.exemplars and not old & set(ttft.exemplars)  # only the exemplars of the interval's requests
+    assert {e.labels["request_id"] for _, e in ttft.exemplars} <= {f"req-{i}" for i in range(3, 7)}
+
+    res = CliRunner().invoke(_app(), ["scrape", str(before), str(after), "--interval-s", "10"])
+    assert res.exit_code == 0, res.stderr
+    assert "Counter rates over the interval" in res.stdout and "llmslo_ttft_seconds" in res.stdout
+    res = CliRunner().invoke(_app(), ["scrape", str(before), str(after), "--interval-s", "10", "--json"])
+    assert res.exit_code == 0, res.stderr
+    [doc] = [h for h in json.loads(res.stdout)["histograms"] if h["interval"] == "ttft_s"]
+    assert doc["count"] == 4
+
+
+ODD_LABELS = ("[/nonexistent]", "[link=http://x]y", "\x1b[31m")
+
+
+def _odd(path: Path, value: float) -> Path:
+    """A vLLM-like exposition whose ``model_name`` label values are rich markup and a terminal escape."""
+    lines = ["# TYPE vllm:num_requests_running gauge", "# TYPE vllm:prompt_tokens_total counter"]
+    for i, label in enumerate(ODD_LABELS):
+        lines.append(f'vllm:num_requests_running{{model_name="{label}"}} {i}')
+        lines.append(f'vllm:prompt_tokens_total{{model_name="{label}"}} {value + i}')
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_label_values_are_shown_literally_in_every_table(tmp_path: Path) -> None:
+    before, after = _odd(tmp_path / "odd [b] t0.txt", 10.0), _odd(tmp_path / "odd [b] t1.txt", 20.0)
+    for args in ([str(before)], [str(before), str(after), "--interval-s", "10"]):
+        res = CliRunner().invoke(_app(), ["scrape", *args])
+        assert res.exit_code == 0, res.output
+        out = res.stdout
+        assert "model_name=[/nonexistent]" in out and "model_name=[link=http://x]y" in out
+        assert "model_name=\\x1b[31m" in out and "\x1b" not in out
+        assert "odd [b] t0.txt" in out

@@ -167,7 +167,7 @@ def _valid_rows(draw: st.DrawFn) -> list[dict[str, Any]]:
         q, a, b, c = sorted(draw(st.lists(_finite, min_size=4, max_size=4)))
         gen = draw(st.integers(1, 10_000))
         rows.append(ok_row(
-            i, model=draw(st.text(min_size=1, max_size=8)), arrival_unix_s=draw(st.floats(0, 2e9)),
+            i, model=draw(st.text(min_size=1, max_size=8)), arrival_unix_s=draw(st.floats(0, 1.7e9)),
             queue_s=q, ttft_s=a, last_token_s=b, e2e_s=c, generated_tokens=gen,
             sent_tokens=draw(st.integers(0, gen)), prompt_tokens=draw(st.integers(0, 10**6)),
             itl_s=draw(st.one_of(st.none(), st.lists(_finite, max_size=4))),

@@ -47,11 +47,11 @@ def test_explain_json_has_one_row_per_burn_rate_alert() -> None:
     assert data["burn"][0]["detection_s"] == pytest.approx(518.4)
 
 
-def test_an_invalid_spec_exits_2_naming_the_file_and_the_field(tmp_path: Path) -> None:
+def test_an_invalid_spec_exits_1_naming_the_file_and_the_field(tmp_path: Path) -> None:
     spec = tmp_path / "bad.yaml"
     spec.write_text(SMALL.replace("objective: 99", "objective: 90"))
     result = runner.invoke(rules_app, ["explain", str(spec)])
-    assert result.exit_code == 2
+    assert result.exit_code == 1  # an invalid input, like an invalid row in ingest
     assert "bad.yaml: objectives[0].objective: a 90% SLO cannot page at 14.4×" in " ".join(result.output.split())
 
 
@@ -102,4 +102,5 @@ def test_check_refuses_a_file_that_is_neither_rules_nor_tests(tmp_path: Path) ->
     other = tmp_path / "x.yml"
     other.write_text("a: 1\n")
     result = runner.invoke(rules_app, ["check", str(other)])
-    assert result.exit_code == 2
+    assert result.exit_code == 1
+    assert "is neither a rules file (groups:) nor a promtool test file (tests:)" in " ".join(result.output.split())

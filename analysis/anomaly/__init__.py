@@ -27,6 +27,7 @@ from llmslo.analysis.anomaly._scan import (
     detect_in_arrays,
     findings_of,
     scan_series,
+    untested_reason,
 )
 from llmslo.analysis.anomaly._signals import failure_rate_slope, outcome_entropy, rolling_zscore
 from llmslo.analysis.anomaly._tightening import (
@@ -54,4 +55,5 @@ __all__ = [
     "rolling_zscore",
     "scan_series",
     "tightening_signals",
+    "untested_reason",
 ]

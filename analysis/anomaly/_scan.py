@@ -13,7 +13,10 @@ when every gate holds:
    ``min_abs_change_s`` seconds;
 
 and a :class:`Finding` is reported once ``consecutive`` windows in a row are flagged (one finding per run).
-Every threshold lives in :class:`AnomalyConfig`; docs/anomalies.md gives the defaults and their reasons.
+Its "before → after" compares the requests of the run's windows with the baseline before the run began
+(the test figures are those of the window that completed the run). A series in which no window could
+be tested says why (:attr:`AnomalyReport.untested`). Every threshold lives in :class:`AnomalyConfig`;
+docs/anomalies.md gives the defaults and their reasons.
 
 Times are Unix seconds (``arrival_unix_s``); latencies are seconds.
 """
@@ -32,8 +35,15 @@ import numpy.typing as npt
 from scipy import stats
 
 from llmslo.analysis.anomaly._ks import ks_pvalue, ks_statistic_and_positions, ks_statistic_sorted
+from llmslo.analysis.report import (
+    MAX_WINDOWS,
+    ArrivallessImport,
+    arrivalless_imports,
+    id_prefix_sql,
+    stored_arrival_range,
+)
 from llmslo.analysis.store import SUMMARY_TABLE
-from llmslo.telemetry import TPOT_SQL, ConfigurationError
+from llmslo.telemetry import TPOT_SQL, ConfigurationError, format_duration
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -50,7 +60,9 @@ __all__ = [
     "detect_in_arrays",
     "findings_of",
     "ensure",
+    "placeable_rows",
     "scan_series",
+    "untested_reason",
 ]
 
 ANOMALY_METRICS: dict[str, str] = {
@@ -169,8 +181,15 @@ def _rel(before: float | None, after: float | None) -> float | None:
 
 @dataclass(frozen=True)
 class Finding:
-    """A distribution change: ``windows`` flagged windows in a row, described by the one that completed
-    the run (``first_start_unix_s`` is where the run began). Quantiles in seconds, changes relative."""
+    """A distribution change: ``windows`` flagged windows in a row, from ``first_start_unix_s`` (where the
+    run began) to ``end_unix_s``.
+
+    The test figures (``statistic``, p-values, ``n``, ``n_baseline``, ``start_unix_s``) are those of the
+    window that completed the run. "Before → after" compares the ``n_run`` requests that arrived in the
+    run's windows with the ``n_before`` of the baseline before the run began (``preceding``: the
+    baseline windows before its first window; ``week``: the run's span one week earlier; ``reference``:
+    the reference period), so that a run's own windows never count as its "before". Quantiles in
+    seconds, changes relative (and ``_change_s`` absolute, seconds)."""
 
     series: str
     metric: str
@@ -193,6 +212,8 @@ class Finding:
     p99_change: float | None
     p50_change_s: float
     p99_change_s: float
+    n_run: int
+    n_before: int
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -201,14 +222,21 @@ class Finding:
 
 @dataclass
 class AnomalyReport:
-    """Every window tested and every finding of one scan, with the configuration that produced them."""
+    """Every window tested and every finding of one scan, with the configuration that produced them.
+
+    ``untested`` says, for each series in which no window could be tested, why (no arrival times, too
+    few requests per window, no baseline, ...); ``notes`` what the scan left out of the store and why
+    (rows without arrival times, a metric no request has).
+    """
 
     config: AnomalyConfig
     windows: dict[str, list[WindowTest]] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
+    untested: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (windows summarised as counts per series)."""
+        """JSON-ready form (windows summarised as counts per series, with ``untested_reason``)."""
         return {
             "config": asdict(self.config),
             "series": {
@@ -216,10 +244,12 @@ class AnomalyReport:
                     "windows": len(ws),
                     "tested": sum(1 for w in ws if w.enough_samples),
                     "flagged": sum(1 for w in ws if w.flagged),
+                    "untested_reason": self.untested.get(name),
                 }
                 for name, ws in self.windows.items()
             },
             "findings": [f.to_dict() for f in self.findings],
+            "notes": list(self.notes),
         }
 
 
@@ -285,13 +315,37 @@ class _SlidingSorted:
 
 
 def _window_starts(t_first: float, t_last: float, cfg: AnomalyConfig) -> FloatArray:
+    """Starts of the complete windows between the first and the last arrival (Unix seconds).
+
+    Raises :class:`ConfigurationError` naming the window, the step and the count when there would be
+    more than :data:`~llmslo.analysis.report.MAX_WINDOWS`.
+    """
     step = cfg.step
     first = math.floor(t_first / step) * step
     last = t_last - cfg.window_s  # only complete windows
     if last < first:
         return np.empty(0)
-    starts: FloatArray = first + step * np.arange(math.floor((last - first) / step + 1e-9) + 1, dtype=np.float64)
+    count = math.floor((last - first) / step + 1e-9) + 1
+    if count > MAX_WINDOWS:
+        raise ConfigurationError(
+            f"--window {format_duration(cfg.window_s)} with --step {format_duration(step)} gives {count:,} windows "
+            f"over arrivals {format_duration(t_last - t_first)} apart, more than the {MAX_WINDOWS:,} a scan "
+            "tests per series: choose a longer --window or --step"
+        )
+    starts: FloatArray = first + step * np.arange(count, dtype=np.float64)
     return starts
+
+
+def _prepared(times_unix_s: FloatArray, values_s: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """The finite (arrival, latency) pairs of a series in arrival order (stable)."""
+    t = np.asarray(times_unix_s, dtype=np.float64)
+    x = np.asarray(values_s, dtype=np.float64)
+    keep = np.isfinite(t) & np.isfinite(x)
+    t, x = t[keep], x[keep]
+    if len(t) and np.any(np.diff(t) < 0):
+        order = np.argsort(t, kind="stable")
+        t, x = t[order], x[order]
+    return t, x
 
 
 def _test(kind: str, window: FloatArray, baseline: FloatArray) -> tuple[float, float]:
@@ -314,18 +368,13 @@ def scan_series(
 
     ``times_unix_s``: arrival times, Unix seconds; ``values_s``: the latency of each request, seconds (NaN
     values are dropped). ``significant`` uses the raw p-value here; :func:`detect_anomalies` re-applies it
-    after Benjamini–Hochberg. Windows start at multiples of the step in Unix time.
+    after Benjamini–Hochberg. Windows start at multiples of the step in Unix time. Raises
+    :class:`ConfigurationError` when the arrivals span more windows than a scan tests.
     """
     cfg = config or AnomalyConfig()
-    t = np.asarray(times_unix_s, dtype=np.float64)
-    x = np.asarray(values_s, dtype=np.float64)
-    keep = np.isfinite(t) & np.isfinite(x)
-    t, x = t[keep], x[keep]
+    t, x = _prepared(times_unix_s, values_s)
     if len(t) == 0:
         return []
-    if np.any(np.diff(t) < 0):
-        order = np.argsort(t, kind="stable")
-        t, x = t[order], x[order]
     starts = _window_starts(float(t[0]), float(t[-1]), cfg)
     lo_idx = np.searchsorted(t, starts, side="left")
     hi_idx = np.searchsorted(t, starts + cfg.window_s, side="left")
@@ -410,10 +459,38 @@ def _fields(w: WindowTest) -> dict[str, Any]:
     return {k: getattr(w, k) for k in WindowTest.__dataclass_fields__}
 
 
+def _before_span(first_start: float, end: float, cfg: AnomalyConfig) -> tuple[float, float]:
+    """``[lo, hi)`` (Unix seconds) of the baseline before a run of windows from ``first_start`` to ``end``."""
+    if cfg.baseline == "preceding":
+        return first_start - cfg.baseline_windows * cfg.window_s, first_start
+    if cfg.baseline == "week":
+        return first_start - WEEK_S, end - WEEK_S
+    assert cfg.reference_start_unix_s is not None and cfg.reference_end_unix_s is not None
+    return cfg.reference_start_unix_s, cfg.reference_end_unix_s
+
+
+def _between(t: FloatArray, x: FloatArray, lo: float, hi: float) -> FloatArray:
+    """The sorted latencies of the requests that arrived in ``[lo, hi)`` (``t`` ascending)."""
+    i, j = np.searchsorted(t, [lo, hi], side="left")
+    out: FloatArray = np.sort(x[int(i):int(j)])
+    return out
+
+
 def findings_of(
-    windows: Sequence[WindowTest], cfg: AnomalyConfig, *, metric: str, group: dict[str, str], series: str
+    windows: Sequence[WindowTest],
+    cfg: AnomalyConfig,
+    *,
+    metric: str,
+    group: dict[str, str],
+    series: str,
+    samples: tuple[FloatArray, FloatArray],
 ) -> list[Finding]:
-    """One finding per run of ``cfg.consecutive`` or more flagged windows (reported when the run reaches k)."""
+    """One finding per run of ``cfg.consecutive`` or more flagged windows (reported when the run reaches k).
+
+    ``samples`` are the series' ``(arrival Unix s, latency s)`` that ``windows`` were computed from: the
+    finding's before/after quantiles come from the run's windows and the baseline before the run.
+    """
+    t, x = _prepared(*samples)
     out: list[Finding] = []
     run: list[WindowTest] = []
     for w in windows:
@@ -426,13 +503,18 @@ def findings_of(
             run = []
         if len(run) == cfg.consecutive:
             assert w.statistic is not None and w.p_value is not None and w.p_adjusted is not None
-            assert w.p50_before_s is not None and w.p50_after_s is not None
-            assert w.p99_before_s is not None and w.p99_after_s is not None
+            first = run[0].start_unix_s
+            after = _between(t, x, first, w.end_unix_s)
+            before = _between(t, x, *_before_span(first, w.end_unix_s, cfg))
+            if not (len(after) and len(before)):  # a flagged window and its baseline hold min_samples each
+                raise ValueError(f"findings_of: the samples of series {series!r} are not the ones its windows "
+                                 "were computed from")
+            p50b, p50a = _quantile_sorted(before, 0.5), _quantile_sorted(after, 0.5)
+            p99b, p99a = _quantile_sorted(before, 0.99), _quantile_sorted(after, 0.99)
             out.append(Finding(
-                series, metric, group, cfg.test, run[0].start_unix_s, w.start_unix_s, w.end_unix_s, len(run),
-                w.statistic, w.p_value, w.p_adjusted, w.n, w.n_baseline, w.p50_before_s, w.p50_after_s,
-                w.p99_before_s, w.p99_after_s, w.p50_change, w.p99_change,
-                w.p50_after_s - w.p50_before_s, w.p99_after_s - w.p99_before_s,
+                series, metric, group, cfg.test, first, w.start_unix_s, w.end_unix_s, len(run),
+                w.statistic, w.p_value, w.p_adjusted, w.n, w.n_baseline, p50b, p50a, p99b, p99a,
+                _rel(p50b, p50a), _rel(p99b, p99a), p50a - p50b, p99a - p99b, len(after), len(before),
             ))
     return out
 
@@ -449,6 +531,39 @@ def detect_in_arrays(
     return _detect(series, cfg, dict.fromkeys(series, metric), groups or {})
 
 
+def _baseline_words(cfg: AnomalyConfig) -> str:
+    if cfg.baseline == "preceding":
+        return f"the {cfg.baseline_windows} window(s) before it"
+    if cfg.baseline == "week":
+        return "the same window one week earlier"
+    return "the reference period"
+
+
+def untested_reason(times_unix_s: FloatArray, windows: Sequence[WindowTest], cfg: AnomalyConfig) -> str | None:
+    """Why no window of a series could be tested (None when one was): no values, no arrival times, a span
+    shorter than one window, no baseline, or too few requests per window or baseline."""
+    if any(w.enough_samples for w in windows):
+        return None
+    t = np.asarray(times_unix_s, dtype=np.float64)
+    t = t[np.isfinite(t)]
+    if len(t) == 0:
+        return "no request has this latency"
+    lo, hi = float(np.min(t)), float(np.max(t))
+    if not windows:
+        if lo == hi:
+            return (f"all {len(t):,} requests have the same arrival time: the data carries no arrival times to "
+                    "place in windows")
+        return (f"no complete window: the arrivals span {format_duration(hi - lo)}, and a window is "
+                f"{format_duration(cfg.window_s)} (shorten --window)")
+    most_n = max(w.n for w in windows)
+    most_base = max(w.n_baseline for w in windows)
+    if most_base == 0:
+        return f"no window has a baseline: {_baseline_words(cfg)} holds no request"
+    both = max(min(w.n, w.n_baseline) for w in windows)
+    return (f"too few requests per window: at most {most_n:,} in a window and {most_base:,} in a baseline "
+            f"({both:,} in both at once), each needs {cfg.min_samples:,} (lengthen --window)")
+
+
 def _detect(
     series: dict[str, tuple[FloatArray, FloatArray]],
     cfg: AnomalyConfig,
@@ -458,9 +573,39 @@ def _detect(
     scanned = {name: scan_series(t, x, cfg, series=name) for name, (t, x) in series.items()}
     report = AnomalyReport(cfg, _apply_fdr(scanned, cfg))
     for name, ws in report.windows.items():
-        report.findings += findings_of(ws, cfg, metric=metric_of[name], group=groups.get(name, {}), series=name)
+        report.findings += findings_of(ws, cfg, metric=metric_of[name], group=groups.get(name, {}), series=name,
+                                       samples=series[name])
+        reason = untested_reason(series[name][0], ws, cfg)
+        if reason is not None:
+            report.untested[name] = reason
     report.findings.sort(key=lambda f: (f.start_unix_s, f.series))
     return report
+
+
+def _files(imports: Sequence[ArrivallessImport]) -> str:
+    names = sorted({f for i in imports for f in i.files})
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def placeable_rows(con: duckdb.DuckDBPyConnection) -> tuple[str, list[str]]:
+    """The SQL condition that keeps the stored rows with arrival times, and notes on those it leaves out.
+
+    Checks every stored arrival time first (:func:`~llmslo.analysis.report.stored_arrival_range`, which
+    raises :class:`~llmslo.analysis.report.ReportDataError` for one that cannot be placed). Rows that came
+    from imports without arrival times are left out (``TRUE`` when there are none: no join with the
+    provenance is made).
+    """
+    stored_arrival_range(con)
+    imports = arrivalless_imports(con)
+    if not imports:
+        return "TRUE", []
+    listed = ", ".join("'" + p.replace("'", "''") + "'" for p in imports)
+    keep = f"NOT (contains(request_id, '#') AND {id_prefix_sql()} IN ({listed}))"
+    (left_out,) = con.sql(f"SELECT count(*) FROM {SUMMARY_TABLE} WHERE NOT ({keep})").fetchall()[0]
+    if not left_out:
+        return keep, []
+    return keep, [f"{int(left_out):,} row(s) from imports without arrival times ({_files(list(imports.values()))}) "
+                  "are not scanned: they cannot be placed in windows"]
 
 
 def detect_anomalies(
@@ -473,13 +618,17 @@ def detect_anomalies(
     """Scan the stored request summaries: one series per metric and group (``by`` ⊆ model, version,
     tenant_class), Benjamini–Hochberg across all of them per window start.
 
-    Raises :class:`ConfigurationError` for an unknown metric or grouping column.
+    Rows from imports without arrival times are not scanned (:attr:`AnomalyReport.notes` says how many).
+    Raises :class:`ConfigurationError` for an unknown metric or grouping column, or a window that gives
+    more windows than a scan tests, and :class:`~llmslo.analysis.report.ReportDataError` for a stored
+    arrival time that cannot be placed.
     """
     cfg = config or AnomalyConfig()
     for m in metrics:
         ensure(m in ANOMALY_METRICS, f"unknown metric {m!r}; choose from {', '.join(ANOMALY_METRICS)}")
     for b in by:
         ensure(b in SERIES_GROUPS, f"cannot group by {b!r}; choose from {', '.join(SERIES_GROUPS)}")
+    keep, notes = placeable_rows(con)
     keys = ", ".join(by)
     series: dict[str, tuple[FloatArray, FloatArray]] = {}
     groups: dict[str, dict[str, str]] = {}
@@ -489,8 +638,11 @@ def detect_anomalies(
         sel = f"{keys}, " if by else ""
         frame = con.sql(
             f"SELECT {sel}arrival_unix_s AS t, ({expr}) AS x FROM {SUMMARY_TABLE} "
-            f"WHERE ({expr}) IS NOT NULL ORDER BY {sel}arrival_unix_s"
+            f"WHERE ({expr}) IS NOT NULL AND {keep} ORDER BY {sel}arrival_unix_s"
         ).pl()
+        if frame.height == 0:
+            notes.append(f"no scanned request has a {metric} value: there is no {metric} series")
+            continue
         parts = frame.partition_by(list(by), as_dict=True, maintain_order=True) if by else {(): frame}
         for key, part in parts.items():
             group = {b: str(v) for b, v in zip(by, key, strict=True)}
@@ -498,4 +650,6 @@ def detect_anomalies(
             series[name] = (part["t"].to_numpy().astype(np.float64), part["x"].to_numpy().astype(np.float64))
             groups[name] = group
             names[name] = metric
-    return _detect(series, cfg, names, groups)
+    report = _detect(series, cfg, names, groups)
+    report.notes = notes
+    return report

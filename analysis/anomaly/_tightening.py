@@ -22,6 +22,7 @@ from llmslo.analysis.anomaly._scan import (
     AnomalyConfig,
     FloatArray,
     ensure,
+    placeable_rows,
     scan_series,
 )
 from llmslo.analysis.anomaly._signals import failure_rate_slope, outcome_entropy
@@ -124,15 +125,18 @@ def detect_tightening(
 
     Every request counts in the outcome mix and the failure rate; only those with the metric defined
     (e.g. a first token for ``ttft``) count in the p99. Windows, step and baseline come from ``anomaly``.
-    Raises :class:`ConfigurationError` for an unknown metric or grouping column.
+    Rows from imports without arrival times are left out. Raises :class:`ConfigurationError` for an
+    unknown metric or grouping column, and :class:`~llmslo.analysis.report.ReportDataError` for a stored
+    arrival time that cannot be placed.
     """
     ensure(metric in ANOMALY_METRICS, f"unknown metric {metric!r}; choose from {', '.join(ANOMALY_METRICS)}")
     for b in by:
         ensure(b in SERIES_GROUPS, f"cannot group by {b!r}; choose from {', '.join(SERIES_GROUPS)}")
     sel = f"{', '.join(by)}, " if by else ""
+    keep, _ = placeable_rows(con)
     frame = con.sql(
         f"SELECT {sel}arrival_unix_s AS t, ({ANOMALY_METRICS[metric]}) AS x, finish_reason AS r "
-        f"FROM {SUMMARY_TABLE} ORDER BY {sel}arrival_unix_s"
+        f"FROM {SUMMARY_TABLE} WHERE {keep} ORDER BY {sel}arrival_unix_s"
     ).pl()
     parts = frame.partition_by(list(by), as_dict=True, maintain_order=True) if by else {(): frame}
     out: dict[str, list[TighteningSignal]] = {}

@@ -55,6 +55,9 @@ GPU_SIGNALS: tuple[str, ...] = (
 REQUEST_TARGETS: tuple[str, ...] = ("ttft_s", "tpot_s", "queue_s", "in_flight", "generated_tokens_per_s",
                                     "arrivals_per_s")
 """Request-derived columns of :func:`aligned_frame`."""
+MAX_ALIGNED_BUCKETS = 5_000_000
+"""Most buckets :func:`aligned_frame` lays out (about 40 MB a column): past it, the sources span far more
+time than one run (a file with relative times read from Unix time 0 beside real Unix times, say)."""
 
 
 def _is_counter(name: str) -> bool:
@@ -66,10 +69,27 @@ def _rate_name(name: str) -> str:
     return "_".join(parts) + "_per_s"
 
 
+def _ident(name: str) -> str:
+    """``name`` as a quoted SQL identifier (an engine metric name comes from a file's header)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _check_span(lo: float, hi: float, b: float) -> int:
+    """Buckets of ``b`` seconds from ``lo`` to ``hi`` (Unix s); raises past :data:`MAX_ALIGNED_BUCKETS`."""
+    n = math.floor((hi - lo) / b) + 2
+    if n > MAX_ALIGNED_BUCKETS:
+        raise ConfigurationError(
+            f"the GPU, engine and request data span {hi - lo:,.0f} s (Unix {lo:,.0f} to {hi:,.0f}): {n:,} buckets "
+            f"of {b:g} s, more than {MAX_ALIGNED_BUCKETS:,}. Pass a larger bucket, or import files with relative "
+            "times with --start (their Unix time of time 0) so that they line up with the requests")
+    return n
+
+
 def aligned_frame(con: duckdb.DuckDBPyConnection, *, bucket_s: float = 1.0) -> pl.DataFrame:
     """Every available source on one grid of ``bucket_s``-second buckets (column ``t``, bucket start, Unix s).
 
-    Raises :class:`ConfigurationError` when ``bucket_s`` is not positive. Missing tables are skipped.
+    Raises :class:`ConfigurationError` when ``bucket_s`` is not positive, or when the sources span more
+    than :data:`MAX_ALIGNED_BUCKETS` buckets. Missing tables are skipped.
     """
     if not bucket_s > 0:
         raise ConfigurationError(f"bucket_s must be > 0 s, got {bucket_s}")
@@ -91,13 +111,13 @@ def aligned_frame(con: duckdb.DuckDBPyConnection, *, bucket_s: float = 1.0) -> p
         for name in names:
             if _is_counter(name):
                 sql = (
-                    f"SELECT floor(time_unix_s / {b!r}) * {b!r} AS t, avg(rate) AS \"{_rate_name(name)}\" FROM ("
+                    f"SELECT floor(time_unix_s / {b!r}) * {b!r} AS t, avg(rate) AS {_ident(_rate_name(name))} FROM ("
                     "SELECT time_unix_s, (value - lag(value) OVER w) / nullif(time_unix_s - lag(time_unix_s) OVER w, 0)"
                     f" AS rate FROM {ENGINE_TABLE} WHERE name = $1 "
                     "WINDOW w AS (PARTITION BY source ORDER BY time_unix_s)) WHERE rate IS NOT NULL GROUP BY 1"
                 )
             else:
-                sql = (f"SELECT floor(time_unix_s / {b!r}) * {b!r} AS t, avg(value) AS \"{name}\" "
+                sql = (f"SELECT floor(time_unix_s / {b!r}) * {b!r} AS t, avg(value) AS {_ident(name)} "
                        f"FROM {ENGINE_TABLE} WHERE name = $1 GROUP BY 1")
             frame = con.sql(sql, params=[name]).pl()
             if frame.height:
@@ -120,6 +140,7 @@ def aligned_frame(con: duckdb.DuckDBPyConnection, *, bucket_s: float = 1.0) -> p
     grid = pl.concat([p.select("t") for p in parts]).unique()
     lo, hi = grid["t"].min(), grid["t"].max()
     assert isinstance(lo, float) and isinstance(hi, float)
+    _check_span(lo, hi, b)
     out = pl.DataFrame({"t": lo + b * np.arange(round((hi - lo) / b) + 1)})
     for p in parts:
         out = out.join(p.with_columns(pl.col("t").cast(pl.Float64)), on="t", how="left")
@@ -133,7 +154,7 @@ def _in_flight(con: duckdb.DuckDBPyConnection, b: float) -> pl.DataFrame:
     arr = np.asarray(rows["arrival_unix_s"], dtype=np.float64)
     fin = np.asarray(list(rows.values())[1], dtype=np.float64)
     t0 = math.floor(float(arr.min()) / b) * b
-    nb = math.floor((float(fin.max()) - t0) / b) + 2
+    nb = _check_span(t0, float(fin.max()), b)
     # +1 in the bucket after the one holding the arrival, -1 in the bucket after the finish: the count at
     # each bucket start.
     up = np.bincount(np.floor((arr - t0) / b).astype(np.int64) + 1, minlength=nb)[:nb]

@@ -14,6 +14,12 @@ Any measurement a source lacks is null.
 ``name`` (e.g. ``gpu_cache_usage_perc``, ``num_requests_waiting``; cumulative counters keep their
 ``_total`` name) and ``value``.
 
+``llmslo_gpu_imports``: one row per imported file, keyed by ``(content_sha256, kind)``: the SHA-256 of the
+file's bytes (hex) and the kind it was read as, with the options that placed its samples in time
+(``start_unix_s``, and ``interval_s`` for dmon), the table and rows written. It makes
+:func:`import_gpu_file` idempotent: the same file imported again (under any name) as the same kind adds
+nothing, and with other time options it is refused (its samples would be stored twice, at two times).
+
 Importers (all return polars frames with exactly those columns):
 
 * :func:`read_nvidia_smi_csv` — ``nvidia-smi --query-gpu=... --format=csv`` output: a header of field
@@ -32,9 +38,12 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import hashlib
 import math
 import os
 import re
+import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +55,11 @@ from llmslo.telemetry import ConfigurationError, LlmsloError
 __all__ = [
     "ENGINE_TABLE",
     "GPU_COLUMNS",
+    "GPU_IMPORTS_TABLE",
     "GPU_IMPORT_KINDS",
     "GPU_TABLE",
     "GpuFormatError",
+    "GpuImport",
     "ensure_gpu_tables",
     "import_gpu_file",
     "read_nvidia_smi_csv",
@@ -60,6 +71,8 @@ __all__ = [
 
 GPU_TABLE = "gpu_samples"
 ENGINE_TABLE = "engine_samples"
+GPU_IMPORTS_TABLE = "llmslo_gpu_imports"
+"""One row per file :func:`import_gpu_file` wrote, keyed by ``(content_sha256, kind)`` (see the module doc)."""
 
 GPU_COLUMNS: dict[str, str] = {
     "time_unix_s": "DOUBLE NOT NULL",
@@ -146,9 +159,10 @@ def _utc(text: str) -> float:
 
 
 def _field(header: str) -> tuple[str, str | None]:
-    """``" memory.used [MiB]"`` → (``memory.used``, ``MiB``)."""
+    """``" memory.used [MiB]"`` → (``memory.used``, ``MiB``); a header that is not ``name [unit]`` is all name."""
     m = re.match(r"^\s*([^\[]*?)\s*(?:\[([^\]]*)\])?\s*$", header)
-    assert m is not None
+    if m is None or not m.group(1).strip():
+        return header.strip(), None
     return m.group(1).strip(), m.group(2)
 
 
@@ -294,6 +308,7 @@ def read_vllm_engine_csv(path: str | os.PathLike[str], *, start_unix_s: float = 
             raise GpuFormatError(f"{p}: empty file") from None
         if not header or header[0] != "time":
             raise GpuFormatError(f"{p}: the first column must be 'time [s]', found {header[:1]}")
+        _check_metric_names(p, header[1:])
         times: list[float] = []
         names: list[str] = []
         values: list[float | None] = []
@@ -315,11 +330,30 @@ def read_vllm_engine_csv(path: str | os.PathLike[str], *, start_unix_s: float = 
                                 "value": pl.Float64})
 
 
+_IMPORTS_COLUMNS: dict[str, str] = {
+    "content_sha256": "VARCHAR NOT NULL", "kind": "VARCHAR NOT NULL", "source": "VARCHAR NOT NULL",
+    "table_name": "VARCHAR NOT NULL", "start_unix_s": "DOUBLE NOT NULL", "interval_s": "DOUBLE",
+    "rows_written": "BIGINT NOT NULL", "imported_unix_s": "DOUBLE NOT NULL",
+}
+
+
+def _check_metric_names(p: Path, names: list[str]) -> None:
+    """Engine metric names become columns beside ``t``: each must be non-empty, unique and not ``t``."""
+    seen: set[str] = set()
+    for i, name in enumerate(names, start=2):
+        if not name or name == "t" or name in seen:
+            why = "is empty" if not name else "is the name of the time column" if name == "t" else "appears twice"
+            raise GpuFormatError(f"{p}: column {i} of the header ({name!r}) {why}; rename it")
+        seen.add(name)
+
+
 def ensure_gpu_tables(con: duckdb.DuckDBPyConnection) -> None:
-    """Create ``gpu_samples`` and ``engine_samples`` if they are missing."""
+    """Create ``gpu_samples``, ``engine_samples`` and ``llmslo_gpu_imports`` if they are missing."""
     for table, cols in ((GPU_TABLE, GPU_COLUMNS), (ENGINE_TABLE, _ENGINE_COLUMNS)):
         body = ", ".join(f"{c} {t}" for c, t in cols.items())
         con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({body})")
+    body = ", ".join(f"{c} {t}" for c, t in _IMPORTS_COLUMNS.items())
+    con.execute(f"CREATE TABLE IF NOT EXISTS {GPU_IMPORTS_TABLE} ({body}, PRIMARY KEY (content_sha256, kind))")
 
 
 def _insert(con: duckdb.DuckDBPyConnection, table: str, cols: dict[str, str], frame: pl.DataFrame) -> int:
@@ -349,6 +383,53 @@ def store_engine_samples(con: duckdb.DuckDBPyConnection, frame: pl.DataFrame) ->
     return _insert(con, ENGINE_TABLE, _ENGINE_COLUMNS, frame)
 
 
+@dataclass(frozen=True)
+class GpuImport:
+    """What :func:`import_gpu_file` did with one file.
+
+    ``table`` is where its rows go (``gpu_samples`` or ``engine_samples``); ``content_sha256`` the SHA-256
+    (hex) of its bytes; ``rows_written`` the rows added (0 when ``already_imported``: the same file was
+    imported before as the same kind with the same options, and ``rows_recorded`` is what that import wrote).
+    """
+
+    source: str
+    kind: str
+    table: str
+    content_sha256: str
+    rows_written: int
+    rows_recorded: int
+    already_imported: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dictionary."""
+        return asdict(self)
+
+
+def _file_sha256(path: str | os.PathLike[str]) -> str:
+    """SHA-256 (hex) of a file's bytes, read 1 MiB at a time."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _read_kind(kind: str, path: Path, start_unix_s: float, interval_s: float) -> tuple[str, pl.DataFrame]:
+    """``(table, frame)`` of ``path`` read as ``kind``."""
+    if kind == "nvidia-smi":
+        return GPU_TABLE, read_nvidia_smi_csv(path, start_unix_s=start_unix_s)
+    if kind == "dmon":
+        return GPU_TABLE, read_nvidia_smi_dmon(path, start_unix_s=start_unix_s, interval_s=interval_s)
+    return ENGINE_TABLE, read_vllm_engine_csv(path, start_unix_s=start_unix_s)
+
+
+def _earlier_import(con: duckdb.DuckDBPyConnection, sha: str, kind: str) -> tuple[Any, ...] | None:
+    rows = con.execute(
+        f"SELECT source, table_name, start_unix_s, interval_s, rows_written FROM {GPU_IMPORTS_TABLE} "
+        "WHERE content_sha256 = ? AND kind = ?", [sha, kind]).fetchall()
+    return tuple(rows[0]) if rows else None
+
+
 def import_gpu_file(
     con: duckdb.DuckDBPyConnection,
     kind: str,
@@ -356,15 +437,40 @@ def import_gpu_file(
     *,
     start_unix_s: float = 0.0,
     interval_s: float = 1.0,
-) -> int:
-    """Read ``path`` as ``kind`` (one of :data:`GPU_IMPORT_KINDS`) and append it to its table; rows written.
+) -> GpuImport:
+    """Read ``path`` as ``kind`` (one of :data:`GPU_IMPORT_KINDS`) and append it to its table, once.
 
-    Raises :class:`ConfigurationError` for an unknown kind and :class:`GpuFormatError` for an unreadable file.
+    Idempotent: keyed by the SHA-256 of the file's bytes and ``kind`` (:data:`GPU_IMPORTS_TABLE`), a file
+    imported before with the same ``start_unix_s`` (and, for dmon, ``interval_s``; seconds) writes nothing.
+    The rows and their record are written in one transaction (``con`` must not be inside one).
+
+    Raises :class:`ConfigurationError` for an unknown kind, and :class:`GpuFormatError` for an unreadable
+    file or one imported before with other time options; nothing is written then.
     """
-    if kind == "nvidia-smi":
-        return store_gpu_samples(con, read_nvidia_smi_csv(path, start_unix_s=start_unix_s))
-    if kind == "dmon":
-        return store_gpu_samples(con, read_nvidia_smi_dmon(path, start_unix_s=start_unix_s, interval_s=interval_s))
-    if kind == "vllm-engine":
-        return store_engine_samples(con, read_vllm_engine_csv(path, start_unix_s=start_unix_s))
-    raise ConfigurationError(f"unknown GPU import kind {kind!r}; choose from {', '.join(GPU_IMPORT_KINDS)}")
+    if kind not in GPU_IMPORT_KINDS:
+        raise ConfigurationError(f"unknown GPU import kind {kind!r}; choose from {', '.join(GPU_IMPORT_KINDS)}")
+    p = Path(path)
+    sha = _file_sha256(p)
+    interval = float(interval_s) if kind == "dmon" else None
+    ensure_gpu_tables(con)
+    earlier = _earlier_import(con, sha, kind)
+    if earlier is not None:
+        source, table, start, before_interval, rows = earlier
+        if start == float(start_unix_s) and before_interval == interval:
+            return GpuImport(str(p), kind, str(table), sha, 0, int(rows), True)
+        options = f"--start {start:g}" + (f" --interval {before_interval:g}s" if before_interval is not None else "")
+        raise GpuFormatError(
+            f"{p}: this file was imported before as {kind} from {source} with {options} ({int(rows):,} rows); "
+            "importing it again with other time options would store its samples twice, at two times"
+        )
+    table, frame = _read_kind(kind, p, start_unix_s, interval_s)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        written = _insert(con, table, GPU_COLUMNS if table == GPU_TABLE else _ENGINE_COLUMNS, frame)
+        con.execute(f"INSERT INTO {GPU_IMPORTS_TABLE} ({', '.join(_IMPORTS_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [sha, kind, str(p), table, float(start_unix_s), interval, written, time.time()])
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return GpuImport(str(p), kind, table, sha, written, written, False)

@@ -12,11 +12,21 @@ Mapping (the same for every tool):
   clock; ``client_ttft_s``/``client_e2e_s`` repeat them. So ``llmslo report`` computes latency, TPOT
   ``(last_token_s − ttft_s)/(N − 1)`` and goodput from the tool's own measurements, and its success-only
   quantiles reproduce the tool's (same values, same linear interpolation).
-- Successful requests finish ``stop`` (no tool here records stop vs length; both count as success).
-  HTTP 429 → ``rejected``/``rate_limited``; other failures → ``error`` with a bounded ``error_type``
+- Successful requests finish ``stop``, or ``length`` where the file records the request's ``max_tokens``
+  (guidellm's ``request_args``, GenAI-Perf's payload) and the reply has at least that many tokens; the
+  import report counts both and says where the limit is not recorded (vLLM bench, LLMPerf, AIPerf's
+  records). HTTP 429 → ``rejected``/``rate_limited``; other failures → ``error`` with a bounded ``error_type``
   (``http_<code>``, ``too_few_tokens``, ``no_first_token``, ``client_timeout``, ``client_error``);
   requests the tool cancelled → ``client_cancel``.
-- ``request_id`` = ``<file name>#<index>`` (deterministic: re-importing a file adds nothing).
+- ``request_id`` = ``<id_prefix>#<index>``, ``id_prefix`` the first 16 hex digits of the SHA-256 of the
+  file's bytes: re-importing a file (under any name) adds nothing, and two different files of the same name
+  (GenAI-Perf always writes ``profile_export.json``) both land. The provenance table records ``id_prefix``.
+- Requests a tool ran outside its measured window (guidellm's warm-up and cool-down, AIPerf's warm-up
+  phase), which the tool leaves out of its own figures, are not imported unless
+  ``ImportOptions(keep_warmup_cooldown=True)`` (``tenant_class`` ``warmup`` / ``cooldown``); the report
+  says how many and why.
+- ``run_duration_s``: the run's duration as the file records it (vLLM bench's ``duration``, guidellm's
+  benchmark durations summed), None where it records none; ``run_duration_note`` says which.
 - ``model``: ``--model``, else the name recorded in the file, else the file name. ``version`` = the
   file's recorded version or ``unknown``; ``tenant_class`` = the load level the file records
   (``request_rate=inf``, ``concurrency=10``) or ``benchmark``.

@@ -17,6 +17,7 @@ being sent) and :class:`RowBuilder` turns it into a request-summary row by one r
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -87,27 +88,95 @@ def _shown(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def load_json(path: Path, problems: Problems) -> Any:
-    """The parsed JSON of a file; a malformed file is a whole-file problem naming line and column."""
+ID_PREFIX_HEX = 16
+"""Hex digits of the file's SHA-256 that make the ``request_id`` prefix (``<prefix>#<index>``)."""
+_HASH_CHUNK_BYTES = 1 << 20
+
+
+def content_sha256(path: Path) -> str:
+    """SHA-256 (hex) of a file's bytes."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(_HASH_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def id_prefix(path: Path) -> str:
+    """The ``request_id`` prefix of a file's rows: the first :data:`ID_PREFIX_HEX` hex digits of its SHA-256.
+
+    Derived from the content, not the name: the same file imported again (under any name) gives the same
+    ids, and two different files of the same name (GenAI-Perf always writes ``profile_export.json``) do not
+    collide.
+    """
+    return content_sha256(path)[:ID_PREFIX_HEX]
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str, keys: Sequence[str]) -> None:
+        super().__init__(key)
+        self.key = key
+        self.keys = keys
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` that refuses an object naming a key twice (``json`` would keep the last silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key, [k for k, _ in pairs])
+        out[key] = value
+    return out
+
+
+def _duplicate_message(exc: _DuplicateKey) -> str:
+    shown = ", ".join(dict.fromkeys(exc.keys[:8]))
+    return (f"a JSON object names the key {exc.key!r} twice (its keys: {shown}); which value is meant is "
+            "ambiguous — fix the file so each key appears once")
+
+
+def _read_text(path: Path, problems: Problems) -> str:
+    """The file's text (UTF-8, a leading BOM dropped); bad UTF-8 and an empty file are whole-file problems.
+
+    Bad bytes are named by line and byte offset, and the line is the record for JSON-lines files.
+    """
     try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
+        raw = path.read_bytes()
+    except OSError as exc:
         raise problems.file("-", "unreadable", f"cannot read the file: {exc}") from None
     try:
-        return json.loads(text)
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        problems.add(line, "-", None, "encoding",
+                     f"line {line} (byte offset {exc.start}) is not valid UTF-8 ({exc.reason}); save the file as "
+                     "UTF-8")
+        raise ImportFormatError(problems.errors) from None
+    if not text.strip():
+        raise problems.file("-", "empty", "the file is empty (no records); was the run cut short?")
+    return text
+
+
+def _decode_error(exc: json.JSONDecodeError) -> str:
+    return f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+
+
+def load_json(path: Path, problems: Problems) -> Any:
+    """The parsed JSON of a file; malformed JSON (named by line and column), bad UTF-8, an empty file or a
+    key repeated in one object is a whole-file problem."""
+    text = _read_text(path, problems)
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
-        raise problems.file(
-            "-", "malformed_json", f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
-        ) from None
+        raise problems.file("-", "malformed_json", _decode_error(exc)) from None
+    except _DuplicateKey as exc:
+        raise problems.file(exc.key, "duplicate_key", _duplicate_message(exc)) from None
 
 
 def load_json_documents(path: Path, problems: Problems) -> list[Any]:
     """One or more JSON values written one after another (``--append-result`` writes several objects)."""
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise problems.file("-", "unreadable", f"cannot read the file: {exc}") from None
-    decoder = json.JSONDecoder()
+    text = _read_text(path, problems)
+    decoder = json.JSONDecoder(object_pairs_hook=_no_duplicate_keys)
     docs: list[Any] = []
     pos = 0
     while True:
@@ -118,29 +187,28 @@ def load_json_documents(path: Path, problems: Problems) -> list[Any]:
         try:
             value, pos = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
-            raise problems.file(
-                "-", "malformed_json", f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
-            ) from None
+            raise problems.file("-", "malformed_json", _decode_error(exc)) from None
+        except _DuplicateKey as exc:
+            where = f"result object {len(docs) + 1}: " if docs else ""
+            raise problems.file(exc.key, "duplicate_key", where + _duplicate_message(exc)) from None
         docs.append(value)
-    if not docs:
-        raise problems.file("-", "empty", "the file is empty")
     return docs
 
 
 def load_jsonl(path: Path, problems: Problems) -> list[Any]:
-    """Every non-empty line of a JSON-lines file, parsed; a bad line is named by its number."""
+    """Every non-empty line of a JSON-lines file, parsed; a bad line (malformed, a key repeated, bad UTF-8)
+    is named by its number, which is also the record number."""
+    text = _read_text(path, problems)
     out: list[Any] = []
-    try:
-        with path.open("r", encoding="utf-8-sig") as fh:
-            for number, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    problems.add(number, "-", None, "malformed_json", f"line {number} is not valid JSON ({exc.msg})")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise problems.file("-", "unreadable", f"cannot read the file: {exc}") from None
+    for number, line in enumerate(text.split("\n"), start=1):  # not splitlines(): U+2028 may sit in a string
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line, object_pairs_hook=_no_duplicate_keys))
+        except json.JSONDecodeError as exc:
+            problems.add(number, "-", None, "malformed_json", f"line {number} is not valid JSON ({exc.msg})")
+        except _DuplicateKey as exc:
+            problems.add(number, exc.key, None, "duplicate_key", f"line {number}: {_duplicate_message(exc)}")
     problems.raise_if_any()
     return out
 
@@ -184,6 +252,23 @@ class Reader:
             self._bad(name, value, "negative", f"{self.prefix}{name} must be >= 0")
             return None
         return float(value) * scale
+
+    def nanoseconds(self, name: str, *, required: bool = True) -> int | float | None:
+        """A finite non-negative timestamp in nanoseconds, returned unchanged (integers stay exact); None when
+        absent or null."""
+        if name not in self.record or self.record[name] is None:
+            if required:
+                self._bad(name, None, "missing", f"{self.prefix}{name} is required (a timestamp in nanoseconds)")
+            return None
+        value = self.record[name]
+        if not is_number(value) or not math.isfinite(float(value)):
+            self._bad(name, value, "type", f"{self.prefix}{name} must be a finite number of nanoseconds")
+            return None
+        if value < 0:
+            self._bad(name, value, "negative", f"{self.prefix}{name} must be >= 0 (nanoseconds)")
+            return None
+        result: int | float = value
+        return result
 
     def count(self, name: str, *, required: bool = True) -> int | None:
         """A non-negative whole number (an integral float is accepted); None when absent or null."""
@@ -264,6 +349,8 @@ class Measured:
     ``outcome``: ``ok``, ``rejected``, ``error`` or ``client_cancel``. ``first_s``/``last_s``: first and last
     content chunk (None: none received); ``complete_s``: response complete (None: unknown).
     ``output_tokens``: tokens received. ``itl_s``: token-weighted gaps when the file gives them per token.
+    ``max_tokens``: the output-token limit the request carried, where the file records it (a success that
+    reached it finished ``length``).
     """
 
     request_id: str
@@ -278,6 +365,7 @@ class Measured:
     error_type: str | None = None
     itl_s: list[float] | None = None
     tenant_class: str = DEFAULT_TENANT_CLASS
+    max_tokens: int | None = None
 
 
 class RowBuilder:
@@ -292,6 +380,11 @@ class RowBuilder:
 
     def add(self, m: Measured) -> None:
         finish = "stop" if m.outcome == "ok" else m.outcome
+        if finish == "stop" and m.max_tokens is not None:
+            self.notes["limit_known"] += 1
+            if m.output_tokens >= m.max_tokens:
+                finish = "length"
+                self.notes["length"] += 1
         tokens = 0 if finish == "rejected" else m.output_tokens
         first, last = m.first_s, m.last_s
         if tokens > 0 and first is None:
@@ -342,8 +435,15 @@ class RowBuilder:
         return pl.DataFrame(self.cols, schema=polars_schema())
 
     def common_notes(self) -> list[str]:
-        """Sentences for what :meth:`add` did on its own (tokens without a first chunk, unknown durations)."""
+        """Sentences for what :meth:`add` did on its own (stop vs length, tokens without a first chunk,
+        unknown durations)."""
         out: list[str] = []
+        if self.notes["limit_known"]:
+            known = self.notes["limit_known"]
+            out.append(
+                f"{self.notes['length']} of {known} successful request(s) that record their max_tokens produced at "
+                "least that many tokens → finish_reason length; the others → stop."
+            )
         if self.notes["whole_reply"]:
             out.append(
                 f"{self.notes['whole_reply']} request(s) have tokens but no first-chunk time (a reply in one "
@@ -367,7 +467,11 @@ def make_report(
     missing: Sequence[str],
     arrivals_available: bool,
     arrival_note: str,
+    *,
+    id_prefix: str,
+    run_duration: tuple[float | None, str],
 ) -> ImportReport:
+    """The :class:`ImportReport` of a converted file; ``run_duration`` is ``(seconds or None, note)``."""
     return ImportReport(
         source=str(path),
         kind=kind,
@@ -379,7 +483,34 @@ def make_report(
         arrivals_available=arrivals_available,
         arrival_note=arrival_note,
         finish_reasons=dict(sorted(builder.finish.items())),
+        id_prefix=id_prefix,
+        run_duration_s=run_duration[0],
+        run_duration_note=run_duration[1],
     )
+
+
+LIMIT_KEYS = ("max_tokens", "max_completion_tokens")
+"""Request-body keys (OpenAI API) that carry the output-token limit."""
+
+
+def limit_of(body: object) -> int | None:
+    """The output-token limit a request body carries (``max_tokens``/``max_completion_tokens``), or None."""
+    if not isinstance(body, Mapping):
+        return None
+    for key in LIMIT_KEYS:
+        value = body.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def stop_note(builder: RowBuilder, tool: str, what: str) -> str | None:
+    """The sentence for successes whose limit the file does not record: ``stop`` (None when there are none)."""
+    n = builder.finish["stop"] - (builder.notes["limit_known"] - builder.notes["length"])
+    if n <= 0:
+        return None
+    return (f"{n} successful request(s) ({what}) → finish_reason stop: the {tool} file records no max_tokens for "
+            "them, so stop vs length is unknown (both count as success).")
 
 
 NO_ARRIVALS_NOTE = (

@@ -5,11 +5,16 @@
 Triton ``text_output``). First/last token = the first/last response carrying content; complete = the last
 response. Output tokens: the ``usage.completion_tokens`` a response carries, else one token per content
 response (GenAI-Perf re-tokenizes the text with its tokenizer, which an import cannot do; the report
-says which). ``tenant_class`` = the experiment's load level (``concurrency=10``).
-- **AIPerf** ``profile_export.jsonl``: one record a line with ``metadata`` (``request_start_ns`` Unix ns,
-``was_cancelled``), ``metrics`` (``{value, unit}``; ``time_to_first_token``, ``request_latency``,
-``inter_chunk_latency``, ``output_sequence_length``, ``input_sequence_length``) and ``error``
-(``code``, ``type``, ``message``). Last token = TTFT + Σ inter-chunk gaps when given, else the request
+says which). ``tenant_class`` = the experiment's load level (``concurrency=10``). A reply with at least the
+``max_tokens`` of its payload finished ``length``.
+- **AIPerf** ``profile_export.jsonl``: one record a line with ``metadata``, ``metrics`` (``{value, unit}``)
+and ``error`` (``code``, ``type``, ``message``). Two layouts: before October 2025 ``metadata.timestamp_ns``
+(the request's start, Unix ns), ``credit_phase`` and metric ``ttft`` (also ``ttst``, ``request_latency``,
+``inter_chunk_latency``, ``output_sequence_length`` = output + ``reasoning_token_count``); from then on
+``metadata.request_start_ns``/``request_end_ns``, ``benchmark_phase``, ``was_cancelled`` and metric
+``time_to_first_token``. Warm-up records (phase not ``profiling``), which AIPerf leaves out of its figures,
+are imported only with ``keep_warmup_cooldown`` (``tenant_class`` ``warmup``). Last token = TTFT + Σ
+inter-chunk gaps when given, else the request
 latency (then our TPOT equals AIPerf's inter_token_latency, (e2e − TTFT)/(N − 1)).
 """
 
@@ -34,13 +39,16 @@ from llmslo.analysis.importers._common import (
     RowBuilder,
     as_float,
     classify_failure,
+    id_prefix,
     is_number,
+    limit_of,
     load_json,
     load_jsonl,
     make_report,
     model_name,
+    stop_note,
 )
-from llmslo.analysis.importers._types import Importer, ImportOptions, ImportReport
+from llmslo.analysis.importers._types import WARMUP_TENANT_CLASS, Importer, ImportOptions, ImportReport
 
 __all__ = ["IMPORTER", "import_genai_perf"]
 
@@ -91,7 +99,8 @@ def _content_and_usage(output: Any) -> tuple[bool, dict[str, Any] | None, str | 
     return content, usage, None
 
 
-def _request_model(req: Mapping[str, Any]) -> str | None:
+def _payload(req: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The request body GenAI-Perf sent (``request_inputs.payload``, a JSON text, OpenAI), or None."""
     inputs = req.get("request_inputs")
     payload = inputs.get("payload") if isinstance(inputs, dict) else None
     if isinstance(payload, str):
@@ -99,18 +108,47 @@ def _request_model(req: Mapping[str, Any]) -> str | None:
             obj = json.loads(payload)
         except json.JSONDecodeError:
             return None
-        if isinstance(obj, dict) and isinstance(obj.get("model"), str):
-            return str(obj["model"])
+        return obj if isinstance(obj, dict) else None
     return None
+
+
+def _request_model(req: Mapping[str, Any]) -> str | None:
+    obj = _payload(req)
+    return str(obj["model"]) if obj is not None and isinstance(obj.get("model"), str) else None
+
+
+def _request_limit(req: Mapping[str, Any]) -> int | None:
+    """The ``max_tokens`` a request carried: in the OpenAI payload, or a Triton ``max_tokens`` input."""
+    limit = limit_of(_payload(req))
+    if limit is not None:
+        return limit
+    inputs = req.get("request_inputs")
+    raw = inputs.get("max_tokens") if isinstance(inputs, dict) else None
+    if isinstance(raw, list) and len(raw) == 1:
+        raw = raw[0]
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0 else None
+
+
+SUMMARY_KEYS = ("time_to_first_token", "request_latency", "request_throughput", "ttft")
+"""Metric names that mark a GenAI-Perf/AIPerf summary (statistics only) at the top level or under ``records``."""
+
+
+def _summary_only(data: Mapping[str, Any]) -> bool:
+    """A GenAI-Perf ``profile_export_genai_perf.json`` or AIPerf ``profile_export_aiperf.json``: statistics,
+    at the top level (GenAI-Perf, AIPerf from October 2025 on) or under ``records`` (earlier AIPerf)."""
+    records = data.get("records")
+    return any(k in data for k in SUMMARY_KEYS) or (
+        isinstance(records, dict) and any(k in records for k in SUMMARY_KEYS))
 
 
 def _genai_perf(p: Path, data: Any, model: str | None, problems: Problems) -> tuple[pl.DataFrame, ImportReport]:
     experiments = data.get("experiments")
     if not isinstance(experiments, list):
-        if any(k in data for k in ("time_to_first_token", "request_latency", "request_throughput")):
+        if _summary_only(data):
             raise problems.file("experiments", "missing",
-                                "a GenAI-Perf/AIPerf summary (statistics only): import profile_export.json "
-                                "(GenAI-Perf) or profile_export.jsonl (AIPerf), which hold per-request records")
+                                "the file holds summary statistics only, no per-request records (a GenAI-Perf/AIPerf "
+                                "summary export): import profile_export.json (GenAI-Perf) or profile_export.jsonl "
+                                "(AIPerf) from the same run folder, which hold one record per request")
         raise problems.file("experiments", "missing", "expected 'experiments': a list of load levels")
     found = None
     for exp in experiments:
@@ -120,6 +158,7 @@ def _genai_perf(p: Path, data: Any, model: str | None, problems: Problems) -> tu
         if found:
             break
     name, model_note = model_name(p, found, model)
+    ids = id_prefix(p)
     builder = RowBuilder(name)
     counts: Counter[str] = Counter()
     all_ts: list[int | float] = []
@@ -145,7 +184,7 @@ def _genai_perf(p: Path, data: Any, model: str | None, problems: Problems) -> tu
                 problems.add(row, prefix, req, "type", "a request must be a JSON object")
                 continue
             r = Reader(problems, row, req, prefix=prefix)
-            r.seconds("timestamp")
+            r.nanoseconds("timestamp")
             stamps = req.get("response_timestamps")
             outputs = req.get("response_outputs")
             if not isinstance(stamps, list) or not all(is_number(s) for s in stamps):
@@ -175,7 +214,7 @@ def _genai_perf(p: Path, data: Any, model: str | None, problems: Problems) -> tu
             if not r.ok:
                 continue
             arrival = (start - base_ns) / NS_PER_S
-            rid = f"{p.name}#{e}.{r_i}"
+            rid = f"{ids}#{e}.{r_i}"
             prompt = usage.get("prompt_tokens") if usage else None
             completion = usage.get("completion_tokens") if usage else None
             if not (isinstance(prompt, int) and prompt >= 0):
@@ -198,7 +237,7 @@ def _genai_perf(p: Path, data: Any, model: str | None, problems: Problems) -> tu
             gaps = [(b - a) / NS_PER_S for a, b in itertools.pairwise(content_ts)]
             itl = gaps if isinstance(completion, int) and len(gaps) == n_out - 1 else None
             builder.add(Measured(rid, arrival, "ok", prompt or 0, n_out, first, last, complete, itl_s=itl,
-                                 tenant_class=tenant))
+                                 tenant_class=tenant, max_tokens=_request_limit(req)))
     problems.raise_if_any()
     conversions = [
         model_note,
@@ -218,6 +257,8 @@ def _genai_perf(p: Path, data: Any, model: str | None, problems: Problems) -> tu
         )
     if counts["no_content"]:
         conversions.append(f"{counts['no_content']} request(s) received no content → error / no_first_token.")
+    if note := stop_note(builder, "GenAI-Perf", "content received"):
+        conversions.append(note)
     missing = ["HTTP status of failed requests (Perf Analyzer records responses only)"]
     if counts["no_prompt_tokens"]:
         missing.append(f"prompt token counts ({counts['no_prompt_tokens']} requests: prompt_tokens = 0)")
@@ -225,18 +266,19 @@ def _genai_perf(p: Path, data: Any, model: str | None, problems: Problems) -> tu
             "arrival_unix_s = (timestamp − first timestamp) in seconds from Unix time 0: the clock is not Unix "
             "time, offsets between requests are exact")
     report = make_report(p, "genai-perf", "GenAI-Perf profile export (Perf Analyzer)", read, builder, conversions,
-                         missing, True, note)
+                         missing, True, note, id_prefix=ids, run_duration=(None, GENAI_NO_DURATION))
     return builder.frame(), report
 
 
 # ---- AIPerf (profile_export.jsonl) ---------------------------------------------------------------
 
 
-def _metric_s(r: Reader, metrics: Mapping[str, Any], name: str) -> float | None:
-    """A duration metric ``{value, unit}`` in seconds; None when absent."""
-    m = metrics.get(name)
-    if m is None:
+def _metric_s(r: Reader, metrics: Mapping[str, Any], *names: str) -> float | None:
+    """A duration metric ``{value, unit}`` in seconds, under the first of ``names`` present; None when absent."""
+    name = next((n for n in names if metrics.get(n) is not None), None)
+    if name is None:
         return None
+    m = metrics[name]
     if not isinstance(m, dict) or not is_number(m.get("value")):
         r._bad(f"metrics.{name}", m, "type", f"metrics.{name} must be {{value: number, unit: ...}}")
         return None
@@ -264,10 +306,44 @@ def _metric_count(r: Reader, metrics: Mapping[str, Any], *names: str) -> int | N
     return None
 
 
-def _aiperf(p: Path, records: list[Any], model: str | None, problems: Problems) -> tuple[pl.DataFrame, ImportReport]:
-    name, model_note = model_name(p, None, model)
+AIPERF_TTFT = ("time_to_first_token", "ttft")
+"""AIPerf's TTFT metric: ``time_to_first_token`` (from October 2025), ``ttft`` (before)."""
+AIPERF_START = ("request_start_ns", "timestamp_ns")
+"""The request's start (Unix ns) in ``metadata``: ``request_start_ns`` (from October 2025), ``timestamp_ns``."""
+AIPERF_NO_DURATION = (
+    "none recorded: profile_export.jsonl holds per-request records only (AIPerf's benchmark_duration, first "
+    "request sent → last response, is in profile_export_aiperf.json); the rows' arrival times span the run"
+)
+GENAI_NO_DURATION = (
+    "none recorded: a GenAI-Perf profile export holds per-request records only (GenAI-Perf's benchmark "
+    "duration is the span of those timestamps, which the rows' arrival times carry)"
+)
+
+
+def _aiperf_tokens(r: Reader, metrics: Mapping[str, Any]) -> tuple[int | None, bool]:
+    """``(output tokens, reasoning included)``: AIPerf's output_sequence_length (output + reasoning tokens),
+    else output_token_count + reasoning_token_count."""
+    osl = _metric_count(r, metrics, "output_sequence_length")
+    reasoning = metrics.get("reasoning_token_count") is not None
+    if osl is not None:
+        return osl, reasoning
+    out = _metric_count(r, metrics, "output_token_count")
+    think = _metric_count(r, metrics, "reasoning_token_count")
+    if out is None and think is None:
+        return None, False
+    return (out or 0) + (think or 0), think is not None
+
+
+def _aiperf(
+    p: Path, records: list[Any], options: ImportOptions, problems: Problems
+) -> tuple[pl.DataFrame, ImportReport]:
+    if not records:
+        raise problems.file("-", "empty", "the file holds no records")
+    name, model_note = model_name(p, None, options.model)
+    prefix = id_prefix(p)
     builder = RowBuilder(name)
     counts: Counter[str] = Counter()
+    schemas: Counter[str] = Counter()
     for i, rec in enumerate(records):
         row = i + 1
         if not isinstance(rec, dict) or not isinstance(rec.get("metadata"), dict):
@@ -279,16 +355,21 @@ def _aiperf(p: Path, records: list[Any], model: str | None, problems: Problems) 
             problems.add(row, "metrics", metrics, "type", "metrics must be an object")
             continue
         r = Reader(problems, row, meta, prefix="metadata.")
-        r.seconds("request_start_ns")
-        r.seconds("request_end_ns", required=False)
-        start_ns = meta.get("request_start_ns")
-        end_ns = meta.get("request_end_ns")  # ns, kept exact (integers) until the difference is taken
-        if meta.get("benchmark_phase") not in (None, "profiling"):
-            counts["skipped_phase"] += 1
-            continue
-        ttft = _metric_s(r, metrics, "time_to_first_token")
+        start_key = next((k for k in AIPERF_START if meta.get(k) is not None), AIPERF_START[0])
+        start_ns = r.nanoseconds(start_key)  # ns, kept exact (integers) until differences are taken
+        end_ns = r.nanoseconds("request_end_ns", required=False)
+        schemas[start_key] += 1
+        phase = meta.get("benchmark_phase", meta.get("credit_phase"))
+        tenant = DEFAULT_TENANT_CLASS
+        if phase not in (None, "profiling"):
+            counts["outside_phase"] += 1
+            if not options.keep_warmup_cooldown:
+                continue
+            tenant = WARMUP_TENANT_CLASS
+        ttft = _metric_s(r, metrics, *AIPERF_TTFT)
         latency = _metric_s(r, metrics, "request_latency")
-        n_out = _metric_count(r, metrics, "output_sequence_length", "output_token_count")
+        n_out, reasoning = _aiperf_tokens(r, metrics)
+        counts["reasoning"] += reasoning
         n_in = _metric_count(r, metrics, "input_sequence_length", "error_isl")
         icl_m = metrics.get("inter_chunk_latency")
         gaps: list[float] | None = None
@@ -303,19 +384,19 @@ def _aiperf(p: Path, records: list[Any], model: str | None, problems: Problems) 
             r._bad("error", error, "type", "error must be null or {code, type, message}")
         if not r.ok or start_ns is None:
             continue
-        if latency is None and is_number(end_ns):
+        if latency is None and end_ns is not None:
             latency = (end_ns - start_ns) / NS_PER_S
             counts["derived_e2e"] += 1
-        rid = f"{p.name}#{i}"
+        rid = f"{prefix}#{i}"
         arrival = start_ns / NS_PER_S
         if error is None and not meta.get("was_cancelled"):
             if ttft is None or n_out is None:
                 if ttft is None:
                     r._bad("metrics.time_to_first_token", None, "missing",
-                           "a successful record needs metrics.time_to_first_token")
+                           "a successful record needs metrics.time_to_first_token (or metrics.ttft)")
                 if n_out is None:
                     r._bad("metrics.output_sequence_length", None, "missing",
-                           "a successful record needs metrics.output_sequence_length")
+                           "a successful record needs metrics.output_sequence_length (or output_token_count)")
                 continue
             if latency is not None:
                 r.order("time_to_first_token", ttft, "request_latency", latency)
@@ -323,7 +404,8 @@ def _aiperf(p: Path, records: list[Any], model: str | None, problems: Problems) 
             counts["last_from_icl" if gaps is not None else "last_from_latency"] += 1
             if not r.ok:
                 continue
-            builder.add(Measured(rid, arrival, "ok", n_in or 0, n_out, ttft, last, latency, itl_s=gaps))
+            builder.add(Measured(rid, arrival, "ok", n_in or 0, n_out, ttft, last, latency, itl_s=gaps,
+                                 tenant_class=tenant))
             continue
         err = error or {}
         code = err.get("code") if isinstance(err.get("code"), int) else None
@@ -334,11 +416,24 @@ def _aiperf(p: Path, records: list[Any], model: str | None, problems: Problems) 
         counts[f"fail:{finish}:{reject or etype}"] += 1
         got = n_out or 0
         builder.add(Measured(rid, arrival, finish, n_in or 0, got, ttft if got else None, None, latency,
-                             reject_reason=reject, error_type=etype))
+                             reject_reason=reject, error_type=etype, tenant_class=tenant))
     problems.raise_if_any()
+    return builder.frame(), _aiperf_report(p, len(records), builder, counts, schemas, model_note, prefix, options)
+
+
+def _aiperf_report(
+    p: Path, n_records: int, builder: RowBuilder, counts: Counter[str], schemas: Counter[str], model_note: str,
+    prefix: str, options: ImportOptions,
+) -> ImportReport:
+    start_keys = " / ".join(f"metadata.{k}" for k in AIPERF_START if schemas[k])
+    layouts = [text for key, text in (
+        ("timestamp_ns", "AIPerf before October 2025: timestamp_ns, credit_phase, ttft"),
+        ("request_start_ns", "AIPerf from October 2025: request_start_ns, benchmark_phase, time_to_first_token"),
+    ) if schemas[key]]
     conversions = [
         model_note,
-        "Metric values converted from their units (ms, ns) to seconds; arrival_unix_s = request_start_ns / 1e9.",
+        f"Metric values converted from their units (ms, ns) to seconds; arrival_unix_s = {start_keys} / 1e9 "
+        f"({'; '.join(layouts)}).",
     ]
     if counts["last_from_icl"]:
         conversions.append(f"last_token_s = time_to_first_token + Σ inter_chunk_latency ({counts['last_from_icl']} "
@@ -348,6 +443,11 @@ def _aiperf(p: Path, records: list[Any], model: str | None, problems: Problems) 
             f"{counts['last_from_latency']} request(s) have no inter_chunk_latency: last_token_s = request_latency, "
             "so TPOT = (e2e − TTFT)/(N − 1), AIPerf's inter_token_latency."
         )
+    if counts["reasoning"]:
+        conversions.append(
+            f"{counts['reasoning']} request(s) carry reasoning tokens: generated_tokens = sent_tokens = AIPerf's "
+            "output_sequence_length (output + reasoning tokens), the N its inter_token_latency divides by."
+        )
     if counts["derived_e2e"]:
         conversions.append(f"e2e_s derived as request_end_ns − request_start_ns for {counts['derived_e2e']} "
                            "request(s) without request_latency.")
@@ -355,16 +455,23 @@ def _aiperf(p: Path, records: list[Any], model: str | None, problems: Problems) 
         if key.startswith("fail:"):
             _, finish, what = key.split(":", 2)
             conversions.append(f"{n} failed request(s) → {finish} / {what} (from error.code and error.type).")
-    if counts["skipped_phase"]:
-        conversions.append(f"{counts['skipped_phase']} warm-up record(s) (benchmark_phase not 'profiling') skipped.")
-    conversions.append("Successful requests → finish_reason stop (AIPerf does not record stop vs length).")
-    report = make_report(p, "genai-perf", "AIPerf profile export (JSONL)", len(records), builder, conversions,
-                         ["stop vs length"], True, "arrival_unix_s = metadata.request_start_ns (Unix ns → s).")
-    return builder.frame(), report
+    if counts["outside_phase"]:
+        conversions.append(
+            f"{counts['outside_phase']} warm-up record(s) (phase not 'profiling'), which AIPerf leaves out of its "
+            "own figures: " + ("kept as asked, tenant_class warmup." if options.keep_warmup_cooldown else
+                               "not imported (`llmslo import --keep-warmup-cooldown` keeps them, tenant_class "
+                               "warmup).")
+        )
+    if note := stop_note(builder, "AIPerf's profile_export.jsonl", "no error"):
+        conversions.append(note)
+    return make_report(p, "genai-perf", "AIPerf profile export (JSONL)", n_records, builder, conversions,
+                       ["stop vs length (max_tokens is in inputs.json, not here)"], True,
+                       f"arrival_unix_s = {start_keys} (Unix ns → s).", id_prefix=prefix,
+                       run_duration=(None, AIPERF_NO_DURATION))
 
 
 def import_genai_perf(
-    path: str | os.PathLike[str], *, model: str | None = None
+    path: str | os.PathLike[str], *, model: str | None = None, keep_warmup_cooldown: bool = False
 ) -> tuple[pl.DataFrame, ImportReport]:
     """Convert a GenAI-Perf ``profile_export.json`` or an AIPerf ``profile_export.jsonl`` (told apart by content).
 
@@ -373,14 +480,26 @@ def import_genai_perf(
     """
     p = Path(path)
     problems = Problems(p)
-    head = p.read_text(encoding="utf-8-sig", errors="replace")[:4096].lstrip() if p.is_file() else ""
-    first_line = head.split("\n", 1)[0]
-    if first_line.startswith("{") and '"metadata"' in first_line and first_line.rstrip().endswith("}"):
-        return _aiperf(p, load_jsonl(p, problems), model, problems)
+    first = _first_line(p)
+    if first.startswith("{") and '"metadata"' in first and first.endswith("}"):
+        options = ImportOptions(model=model, keep_warmup_cooldown=keep_warmup_cooldown)
+        return _aiperf(p, load_jsonl(p, problems), options, problems)
     data = load_json(p, problems)
     if not isinstance(data, dict):
         raise problems.file("-", "type", "expected a JSON object with 'experiments' (GenAI-Perf profile export)")
     return _genai_perf(p, data, model, problems)
+
+
+def _first_line(path: Path) -> str:
+    """The file's first non-empty line, whole (an AIPerf record can be longer than any fixed head)."""
+    try:
+        with path.open("r", encoding="utf-8-sig", errors="replace") as fh:
+            for line in fh:
+                if line.strip():
+                    return line.strip()
+    except OSError:
+        return ""
+    return ""
 
 
 def _detect_genai(path: Path, head: str) -> bool:
@@ -388,10 +507,13 @@ def _detect_genai(path: Path, head: str) -> bool:
     if text.startswith("{") and '"experiments"' in head and ('"requests"' in head or '"response_timestamps"' in head):
         return True
     first = text.split("\n", 1)[0]
-    return first.startswith("{") and '"metadata"' in first and '"request_start_ns"' in first
+    if first.startswith("{") and '"metadata"' in first and any(f'"{k}"' in first for k in AIPERF_START):
+        return True
+    # a summary export (statistics only): recognised so that importing it says what to import instead
+    return text.startswith("{") and '"input_config"' in head and any(f'"{k}"' in head for k in SUMMARY_KEYS)
 
 def _convert(p: Path, o: ImportOptions) -> tuple[pl.DataFrame, ImportReport]:
-    return import_genai_perf(p, model=o.model)
+    return import_genai_perf(p, model=o.model, keep_warmup_cooldown=o.keep_warmup_cooldown)
 
 
 IMPORTER = Importer(

@@ -7,10 +7,19 @@
 Times are Unix seconds. ``incomplete`` requests were cancelled by guidellm at the benchmark's end →
 ``client_cancel``. guidellm's TPOT includes TTFT (÷ N) and its ITL is our TPOT; both are recomputed
 from the raw times.
+
+guidellm >= 0.5 lists every request it made, warm-up and cool-down included, but computes its metrics
+only over the requests that overlap the measured window ``scheduler_metrics.measure_start_time`` →
+``measure_end_time`` (a request counts when it ends at or after the start and starts at or before the
+end). The others are not imported unless asked (``keep_warmup_cooldown``: ``tenant_class`` ``warmup`` /
+``cooldown``). ``max_tokens`` is read from ``request_args`` (a reply that reached it finished ``length``).
+The run's duration is guidellm's benchmark ``duration`` summed over the file's benchmarks: the measured
+window in >= 0.5 (what guidellm divides its rates by); with warm-up and cool-down kept, the request span.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 from collections import Counter
 from collections.abc import Mapping
@@ -25,13 +34,23 @@ from llmslo.analysis.importers._common import (
     Problems,
     Reader,
     RowBuilder,
+    as_float,
     classify_failure,
+    id_prefix,
     is_number,
+    limit_of,
     load_json,
     make_report,
     model_name,
+    stop_note,
 )
-from llmslo.analysis.importers._types import Importer, ImportOptions, ImportReport
+from llmslo.analysis.importers._types import (
+    COOLDOWN_TENANT_CLASS,
+    WARMUP_TENANT_CLASS,
+    Importer,
+    ImportOptions,
+    ImportReport,
+)
 
 __all__ = ["IMPORTER", "import_guidellm"]
 
@@ -109,11 +128,82 @@ def _guidellm_tokens(rec: Mapping[str, Any], r: Reader, side: str) -> int | None
     return None
 
 
-def import_guidellm(path: str | os.PathLike[str], *, model: str | None = None) -> tuple[pl.DataFrame, ImportReport]:
+def _request_limit(rec: Mapping[str, Any]) -> int | None:
+    """The ``max_tokens`` the request carried: guidellm writes ``request_args`` as the text of a Python dict
+    (``str(arguments.model_dump())``), read here as a literal (never executed); None when not recorded."""
+    args: Any = rec.get("request_args")
+    if isinstance(args, str):
+        try:
+            args = ast.literal_eval(args)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return None
+    if not isinstance(args, dict):
+        return None
+    return limit_of(args.get("body")) or limit_of(args)
+
+
+def _measured_window(bench: Mapping[str, Any]) -> tuple[float, float] | None:
+    """guidellm's measured window ``(measure_start_time, measure_end_time)``, Unix seconds (guidellm >= 0.5)."""
+    metrics = bench.get("scheduler_metrics")
+    if not isinstance(metrics, dict):
+        return None
+    start, end = as_float(metrics.get("measure_start_time")), as_float(metrics.get("measure_end_time"))
+    if start is None or end is None or start <= 0 or end < start:
+        return None
+    return start, end
+
+
+def _phase(window: tuple[float, float] | None, start: float, end: float | None) -> str | None:
+    """``warmup`` / ``cooldown`` for a request outside the window by guidellm's own rule (a request counts when
+    it ends at or after the window's start and starts at or before its end), None inside."""
+    if window is None:
+        return None
+    if (end if end is not None else start) < window[0]:
+        return WARMUP_TENANT_CLASS
+    if start > window[1]:
+        return COOLDOWN_TENANT_CLASS
+    return None
+
+
+def _guidellm_duration(benches: list[Any], keep: bool) -> tuple[float | None, str]:
+    """The run's duration as guidellm recorded it, summed over the file's benchmarks (see the module docstring)."""
+    windows = [_measured_window(b) if isinstance(b, dict) else None for b in benches]
+    if keep and windows and all(w is not None for w in windows):
+        spans = []
+        for b in benches:
+            sm = b["scheduler_metrics"]
+            first, last = as_float(sm.get("request_start_time")), as_float(sm.get("request_end_time"))
+            if first is None or last is None or first <= 0 or last < first:
+                first, last = as_float(sm.get("start_time")), as_float(sm.get("end_time"))
+            if first is None or last is None or last < first:
+                return None, "none: a benchmark records no request span (scheduler_metrics)"
+            spans.append(last - first)
+        measured = sum(w[1] - w[0] for w in windows if w is not None)
+        return sum(spans), (
+            f"the sum over the file's {len(spans)} benchmark(s) of guidellm's request span (scheduler_metrics "
+            "request_start_time → request_end_time), since warm-up and cool-down rows were kept; guidellm's own "
+            f"rates divide by the measured windows, {measured:.6g} s in all"
+        )
+    values = [as_float(b.get("duration")) if isinstance(b, dict) else None for b in benches]
+    if not values or any(v is None for v in values):
+        return None, "none recorded: a benchmark has no 'duration'"
+    what = ("measured window, measure_start_time → measure_end_time, what guidellm divides its rates by"
+            if all(w is not None for w in windows) else "start_time → end_time")
+    return sum(v for v in values if v is not None), (
+        f"the sum of guidellm's benchmark 'duration' ({what}) over the file's {len(values)} benchmark(s)"
+    )
+
+
+def import_guidellm(
+    path: str | os.PathLike[str], *, model: str | None = None, keep_warmup_cooldown: bool = False
+) -> tuple[pl.DataFrame, ImportReport]:
     """Convert a guidellm benchmark report JSON (``benchmarks.json``: old and new layouts).
 
-    Raises :class:`~llmslo.analysis.importers.ImportFormatError` (nothing imported) for a report
-    without per-request records or a malformed record, naming benchmark, list, index and field.
+    Requests outside a benchmark's measured window (guidellm >= 0.5 ``scheduler_metrics``) are left out, as
+    guidellm leaves them out of its own metrics; ``keep_warmup_cooldown`` imports them in ``tenant_class``
+    ``warmup`` / ``cooldown``. Raises :class:`~llmslo.analysis.importers.ImportFormatError` (nothing
+    imported) for a report without per-request records or a malformed record, naming benchmark, list, index
+    and field.
     """
     p = Path(path)
     problems = Problems(p)
@@ -124,10 +214,13 @@ def import_guidellm(path: str | os.PathLike[str], *, model: str | None = None) -
                             "save it as .json: YAML and CSV reports are not read)")
     found = next((m for b in benches if isinstance(b, dict) and (m := _guidellm_model(doc, b))), None)
     name, model_note = model_name(p, found, model)
+    prefix = id_prefix(p)
     builder = RowBuilder(name)
     counts: Counter[str] = Counter()
+    outside: Counter[tuple[str, str]] = Counter()
     read = 0
     sampled = False
+    windows = 0
     for b, bench in enumerate(benches):
         requests = bench.get("requests") if isinstance(bench, dict) else None
         if not isinstance(requests, dict):
@@ -135,9 +228,11 @@ def import_guidellm(path: str | os.PathLike[str], *, model: str | None = None) -
                          "each benchmark needs requests {successful, incomplete, errored}")
             continue
         assert isinstance(bench, dict)
-        sampled = sampled or bench.get("request_samples") is not None
-        tenant = _strategy_label(bench)
-        j = 0
+        sampled = sampled or bench.get("request_samples") is not None or _sampled(bench, requests)
+        window = _measured_window(bench)
+        windows += window is not None
+        strategy = _strategy_label(bench)
+        j = -1
         for status, outcome in _GUIDELLM_STATUS.items():
             items = requests.get(status) or []
             if not isinstance(items, list):
@@ -145,11 +240,12 @@ def import_guidellm(path: str | os.PathLike[str], *, model: str | None = None) -
                 continue
             for k, rec in enumerate(items):
                 read += 1
-                prefix = f"benchmarks[{b}].requests.{status}[{k}]."
+                j += 1  # the record's place in its benchmark, whether imported or not: ids do not shift
+                where = f"benchmarks[{b}].requests.{status}[{k}]."
                 if not isinstance(rec, dict):
-                    problems.add(read, prefix, rec, "type", "a request must be a JSON object")
+                    problems.add(read, where, rec, "type", "a request must be a JSON object")
                     continue
-                r = Reader(problems, read, rec, prefix=prefix)
+                r = Reader(problems, read, rec, prefix=where)
                 names, (start, first, last, end) = _guidellm_times(rec, r)
                 n_in = _guidellm_tokens(rec, r, "input")
                 n_out = _guidellm_tokens(rec, r, "output")
@@ -157,19 +253,24 @@ def import_guidellm(path: str | os.PathLike[str], *, model: str | None = None) -
                     continue
                 if outcome == "ok" and (end is None or n_out is None):
                     field = names[3] if end is None else "output_tokens"
-                    r._bad(field, None, "missing", f"{prefix}{field}: a successful request needs it")
+                    r._bad(field, None, "missing", f"{where}{field}: a successful request needs it")
                     continue
                 times = [start, first, last, end]
                 for a_i, b_i in ((0, 1), (1, 2), (2, 3), (0, 3)):
                     r.order(names[a_i], times[a_i], names[b_i], times[b_i])
                 if not r.ok:
                     continue
-                rid = f"{p.name}#{b}.{j}"
-                j += 1
+                phase = _phase(window, start, end)
+                if phase is not None:
+                    outside[(phase, status)] += 1
+                    if not keep_warmup_cooldown:
+                        continue
+                tenant = phase or strategy
+                rid = f"{prefix}#{b}.{j}"
                 first_s, last_s, end_s = (None if t is None else t - start for t in (first, last, end))
                 if outcome == "ok":
                     builder.add(Measured(rid, start, "ok", n_in or 0, n_out or 0, first_s, last_s, end_s,
-                                         tenant_class=tenant))
+                                         tenant_class=tenant, max_tokens=_request_limit(rec)))
                     continue
                 message = rec.get("error") if isinstance(rec.get("error"), str) else _dig(rec, "info", "error")
                 if outcome == "client_cancel":
@@ -187,20 +288,56 @@ def import_guidellm(path: str | os.PathLike[str], *, model: str | None = None) -
         "start, e2e_s = end − start. guidellm's TPOT ((last − start)/N, TTFT included) is not used; our TPOT "
         "(last − first)/(N − 1) equals guidellm's ITL.",
         "tenant_class = the benchmark's scheduling strategy (e.g. constant@5, concurrent@8).",
-        f"{builder.finish['stop']} successful request(s) → finish_reason stop (guidellm does not record stop vs "
-        "length).",
+        *_window_notes(outside, windows, len(benches), keep_warmup_cooldown),
     ]
+    if note := stop_note(builder, "guidellm", "status successful"):
+        conversions.append(note)
     for key, n in sorted(counts.items()):
         status, finish, what = key.split(":", 2)
         why = " (cancelled by guidellm at the benchmark's end)" if status == "incomplete" else ""
         conversions.append(f"{n} {status} request(s) → {finish}{'' if what == '-' else ' / ' + what}{why}.")
     if sampled:
-        conversions.append("guidellm kept a random sample of the requests (request_samples): every figure is over "
-                           "the sample, not all requests.")
-    report = make_report(p, "guidellm", "guidellm benchmark report", read, builder, conversions,
-                         ["stop vs length", "per-token gaps (itl_s)"], True,
-                         "arrival_unix_s = the request's start time (Unix seconds).")
+        conversions.append("guidellm kept a random sample of the requests (request_samples / --sample-requests): "
+                           "every figure is over the sample, not all requests.")
+    missing = ["per-token gaps (itl_s)"]
+    if builder.notes["limit_known"] < builder.finish["stop"] + builder.finish["length"]:
+        missing.insert(0, "stop vs length (max_tokens) for some successful requests")
+    report = make_report(p, "guidellm", "guidellm benchmark report", read, builder, conversions, missing, True,
+                         "arrival_unix_s = the request's start time (Unix seconds).", id_prefix=prefix,
+                         run_duration=_guidellm_duration(benches, keep_warmup_cooldown))
     return builder.frame(), report
+
+
+def _sampled(bench: Mapping[str, Any], requests: Mapping[str, Any]) -> bool:
+    """True when the file holds fewer requests than guidellm made (``--sample-requests``, guidellm >= 0.5)."""
+    made = _dig(bench, "scheduler_metrics", "requests_made", "total")
+    held = sum(len(v) for k, v in requests.items() if k in _GUIDELLM_STATUS and isinstance(v, list))
+    return is_number(made) and held < made
+
+
+def _window_notes(outside: Counter[tuple[str, str]], windows: int, benches: int, keep: bool) -> list[str]:
+    """What was done with the requests outside guidellm's measured windows."""
+    if windows == 0:
+        return ["The file records no measured window (guidellm < 0.5): every request is imported."]
+    if not outside:
+        return [f"Every request lies in its benchmark's measured window ({windows} of {benches} benchmark(s) "
+                "record one): none excluded."]
+    total = sum(outside.values())
+    parts = []
+    for phase, rule in ((WARMUP_TENANT_CLASS, "ended before measure_start_time"),
+                        (COOLDOWN_TENANT_CLASS, "started after measure_end_time")):
+        by_status = ", ".join(f"{n} {status}" for (ph, status), n in sorted(outside.items()) if ph == phase)
+        if by_status:
+            parts.append(f"{phase}: {sum(n for (ph, _), n in outside.items() if ph == phase)} ({by_status}) "
+                         f"{rule}")
+    detail = "; ".join(parts)
+    if keep:
+        return [f"{total} request(s) lie outside guidellm's measured window ({detail}); guidellm leaves them out "
+                "of its own metrics. Kept as asked (keep_warmup_cooldown): tenant_class warmup / cooldown, so "
+                "`llmslo report --by tenant_class` keeps them apart."]
+    return [f"{total} request(s) outside guidellm's measured window not imported ({detail}): guidellm leaves "
+            "them out of its own metrics, so llmslo's figures match guidellm's. `llmslo import "
+            "--keep-warmup-cooldown` imports them in tenant_class warmup / cooldown."]
 
 
 def _detect_guidellm(path: Path, head: str) -> bool:
@@ -208,7 +345,7 @@ def _detect_guidellm(path: Path, head: str) -> bool:
         "generative" in head or "guidellm" in head or '"request_totals"' in head)
 
 def _convert(p: Path, o: ImportOptions) -> tuple[pl.DataFrame, ImportReport]:
-    return import_guidellm(p, model=o.model)
+    return import_guidellm(p, model=o.model, keep_warmup_cooldown=o.keep_warmup_cooldown)
 
 
 IMPORTER = Importer(

@@ -28,13 +28,20 @@ from llmslo.analysis.importers._common import (
     Reader,
     RowBuilder,
     classify_failure,
+    id_prefix,
     load_json,
     make_report,
     model_name,
+    stop_note,
 )
 from llmslo.analysis.importers._types import Importer, ImportOptions, ImportReport
 
 __all__ = ["IMPORTER", "import_llmperf"]
+
+NO_DURATION_NOTE = (
+    "none recorded: an LLMPerf individual-responses file holds per-request measurements only (the run's "
+    "duration is in its summary file, not here)"
+)
 
 # ---- LLMPerf ---------------------------------------------------------------------------------------
 
@@ -68,7 +75,10 @@ def import_llmperf(path: str | os.PathLike[str], *, model: str | None = None) ->
         raise problems.file("-", "not_a_list", f"expected a JSON list of per-request results{hint}")
     if not isinstance(data, list):
         raise problems.file("-", "not_a_list", "expected a JSON list of per-request results")
+    if not data:
+        raise problems.file("-", "empty", "the list holds no requests; was the run cut short?")
     name, model_note = model_name(p, None, model)
+    prefix = id_prefix(p)
     builder = RowBuilder(name)
     how: Counter[str] = Counter()
     codes: Counter[int] = Counter()
@@ -94,7 +104,7 @@ def import_llmperf(path: str | os.PathLike[str], *, model: str | None = None) ->
         r.order("ttft_s", ttft, "end_to_end_latency_s", e2e)
         if not r.ok or ttft is None or e2e is None or itl is None or n_in is None or n_out is None:
             continue
-        rid = f"{p.name}#{i}"
+        rid = f"{prefix}#{i}"
         responded = ttft > 0 or e2e > 0
         if rec.get("error_code") is None:
             m = Measured(rid, 0.0, "ok", n_in, n_out, ttft, None, e2e)
@@ -135,12 +145,8 @@ def import_llmperf(path: str | os.PathLike[str], *, model: str | None = None) ->
             f"For {how['e2e']} request(s) inter_token_latency_s fits neither reading: last_token_s = "
             "end_to_end_latency_s, so their TPOT is (e2e − TTFT)/(N − 1) (vLLM bench's definition)."
         )
-    ok = builder.finish["stop"]
-    if ok:
-        conversions.append(
-            f"{ok} successful request(s) (error_code null) → finish_reason stop (LLMPerf does not record stop "
-            "vs length; both count as success)."
-        )
+    if note := stop_note(builder, "LLMPerf", "error_code null"):
+        conversions.append(note)
     for code, n in sorted(codes.items()):
         if code == LLMPERF_TOO_FEW_TOKENS:
             conversions.append(
@@ -166,7 +172,7 @@ def import_llmperf(path: str | os.PathLike[str], *, model: str | None = None) ->
     )
     missing = ("request start times (arrival_unix_s)", "stop vs length", "per-token gaps (itl_s)")
     report = make_report(p, "llmperf", "LLMPerf individual responses", len(data), builder, conversions,
-                         missing, False, NO_ARRIVALS_NOTE)
+                         missing, False, NO_ARRIVALS_NOTE, id_prefix=prefix, run_duration=(None, NO_DURATION_NOTE))
     return builder.frame(), report
 
 

@@ -72,9 +72,12 @@ def detect_kind(path: str | os.PathLike[str]) -> str:
 
 
 def convert_file(
-    path: str | os.PathLike[str], kind: str = "auto", *, model: str | None = None
+    path: str | os.PathLike[str], kind: str = "auto", *, model: str | None = None,
+    keep_warmup_cooldown: bool = False,
 ) -> tuple[pl.DataFrame, ImportReport]:
     """Convert one benchmark file of ``kind`` (``auto``: recognised from its content) to request summaries.
+
+    ``model`` and ``keep_warmup_cooldown`` are those of :class:`ImportOptions`.
 
     Raises :class:`UnknownKindError` for an unknown kind, an unrecognised file or a kind that is not
     per-request results, and :class:`ImportFormatError` for a malformed file. Nothing is written.
@@ -84,4 +87,4 @@ def convert_file(
     importer = importer_for(chosen)
     if importer.convert is None:
         raise UnknownKindError(f"{chosen!r} files are not per-request benchmark results; use `llmslo import {chosen}`")
-    return importer.convert(p, ImportOptions(model=model))
+    return importer.convert(p, ImportOptions(model=model, keep_warmup_cooldown=keep_warmup_cooldown))

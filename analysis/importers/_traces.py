@@ -62,6 +62,8 @@ def _import_report(kind: str, source: Path, written: Path, summary: TraceSummary
         rows_imported=summary.requests, conversions=tuple(conversions), missing_fields=_NO_LATENCY,
         arrivals_available=True,
         arrival_note=f"kept as offsets in the schedule for load replay, not in the store{start}",
+        run_duration_note=(f"not applicable: a schedule, not request summaries (the trace spans "
+                           f"{summary.duration_s:,.1f} s)"),
     )
 
 

@@ -23,11 +23,24 @@ HEAD_BYTES = 256 * 1024
 """How much of a file :func:`~llmslo.analysis.importers.detect_kind` reads to recognise it."""
 
 
+WARMUP_TENANT_CLASS = "warmup"
+"""``tenant_class`` of kept requests that a tool ran before its measured window (``keep_warmup_cooldown``)."""
+COOLDOWN_TENANT_CLASS = "cooldown"
+"""``tenant_class`` of kept requests that a tool ran after its measured window (``keep_warmup_cooldown``)."""
+
+
 @dataclass(frozen=True)
 class ImportOptions:
-    """Choices of the person importing: ``model`` overrides the model name found in the file."""
+    """Choices of the person importing.
+
+    ``model`` overrides the model name found in the file. ``keep_warmup_cooldown``: requests a tool ran
+    outside its measured window (guidellm's warm-up and cool-down, AIPerf's warm-up phase), which the tool
+    left out of its own figures, are imported too, in ``tenant_class`` :data:`WARMUP_TENANT_CLASS` /
+    :data:`COOLDOWN_TENANT_CLASS` (by default they are not imported, and the report says how many).
+    """
 
     model: str | None = None
+    keep_warmup_cooldown: bool = False
 
 
 @dataclass(frozen=True)
@@ -41,7 +54,10 @@ class ImportReport:
     ``arrivals_available`` is false when the file has no request start times: every row then carries
     the same ``arrival_unix_s`` and windows and per-second rates from it are meaningless;
     ``arrival_note`` says which representation was used. ``finish_reasons`` counts rows per finish
-    reason.
+    reason. ``id_prefix`` is the part before ``#`` of every ``request_id`` the import wrote (the first 16
+    hex digits of the SHA-256 of the file's bytes; empty for imports that write no request summaries).
+    ``run_duration_s`` is the run's duration in seconds as the file itself records it (None where it
+    records none) and ``run_duration_note`` says where it came from, or why there is none.
     """
 
     source: str
@@ -54,6 +70,9 @@ class ImportReport:
     arrivals_available: bool
     arrival_note: str
     finish_reasons: dict[str, int] = field(default_factory=dict)
+    id_prefix: str = ""
+    run_duration_s: float | None = None
+    run_duration_note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""

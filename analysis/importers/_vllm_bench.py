@@ -29,10 +29,12 @@ from llmslo.analysis.importers._common import (
     RowBuilder,
     as_float,
     classify_failure,
+    id_prefix,
     is_number,
     load_json_documents,
     make_report,
     model_name,
+    stop_note,
 )
 from llmslo.analysis.importers._types import Importer, ImportOptions, ImportReport
 
@@ -45,22 +47,49 @@ VLLM_ARRAYS = ("ttfts", "itls", "input_lens", "output_lens", "errors")
 VLLM_E2E_KEYS = ("latencies", "e2els")
 
 
+def parse_vllm_date(date: str) -> tuple[float, str] | None:
+    """``(unix_s, how)`` of a vLLM result's ``date``: ``YYYYMMDD-HHMMSS`` (what vLLM writes: local time, no zone)
+    or ISO 8601 (``2026-09-04T20:33:17Z``, with an offset or fractional seconds). A time without a zone is
+    read as UTC and ``how`` says so; None when the text is neither form."""
+    text = date.strip()
+    try:
+        moment = datetime.strptime(text, "%Y%m%d-%H%M%S")
+    except ValueError:
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            return None
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC).timestamp(), "local time with no zone recorded, read as UTC"
+    return moment.timestamp(), "with its UTC offset"
+
+
 def _vllm_anchor(doc: Mapping[str, Any]) -> tuple[float, str]:
     """``(unix_s, sentence)``: the calendar time the run started, from ``date`` minus ``duration``."""
     date = doc.get("date")
+    parsed = parse_vllm_date(date) if isinstance(date, str) else None
+    if parsed is not None:
+        end, how = parsed
+        dur = as_float(doc.get("duration"))
+        start = end - dur if dur is not None else end
+        return start, f"calendar anchor: the file's date {date!r} (the run's end, {how}) minus its duration"
     if isinstance(date, str):
-        try:
-            end = datetime.strptime(date, "%Y%m%d-%H%M%S").replace(tzinfo=UTC).timestamp()
-        except ValueError:
-            end = None
-        if end is not None:
-            dur = as_float(doc.get("duration"))
-            start = end - dur if dur is not None else end
-            return start, (
-                f"calendar anchor: the file's date {date!r} (the run's end, local time with no zone recorded, "
-                "read as UTC) minus its duration"
-            )
+        return 0.0, (f"calendar anchor: none (the file's date {date!r} is neither YYYYMMDD-HHMMSS nor ISO 8601; "
+                     "Unix time 0)")
     return 0.0, "calendar anchor: none recorded (Unix time 0)"
+
+
+def _vllm_duration(docs: list[Any]) -> tuple[float | None, str]:
+    """The run's duration as vLLM bench recorded it: ``duration`` (seconds from the first request sent until
+    every request finished, vLLM's divisor for request_throughput), summed over the file's result objects."""
+    values = [as_float(d.get("duration")) if isinstance(d, dict) else None for d in docs]
+    if not values or any(v is None for v in values):
+        return None, "none recorded: a result object has no 'duration'"
+    total = sum(v for v in values if v is not None)
+    if len(values) == 1:
+        return total, "vLLM bench's 'duration' (first request sent → every request done; its throughput divisor)"
+    return total, (f"the sum of vLLM bench's 'duration' over the file's {len(values)} result objects (each: first "
+                   "request sent → every request done)")
 
 
 def _vllm_load_label(doc: Mapping[str, Any]) -> str:
@@ -73,7 +102,7 @@ def _vllm_load_label(doc: Mapping[str, Any]) -> str:
 
 
 def _vllm_run(
-    p: Path, doc: Any, run: int, n_runs: int, problems: Problems, builder: RowBuilder, counts: Counter[str],
+    prefix: str, doc: Any, run: int, n_runs: int, problems: Problems, builder: RowBuilder, counts: Counter[str],
     anchor_note: list[str],
 ) -> int:
     """Convert one result object of a vLLM file into ``builder``; returns the number of requests read."""
@@ -148,7 +177,7 @@ def _vllm_run(
         if not r.ok or ttft is None or n_in is None or n_out is None:
             continue
         arrival = anchor + (start - first_start if start is not None and first_start is not None else 0.0)
-        rid = f"{p.name}#{i}" if n_runs == 1 else f"{p.name}#{run}.{i}"
+        rid = f"{prefix}#{i}" if n_runs == 1 else f"{prefix}#{run}.{i}"
         failed = bool(err) if errors is not None else n_out == 0
         if not failed:
             last = ttft + sum(gaps) if gaps is not None else latency
@@ -191,6 +220,7 @@ def import_vllm_bench(
     p = Path(path)
     problems = Problems(p)
     docs = load_json_documents(p, problems)
+    prefix = id_prefix(p)
     first = docs[0] if isinstance(docs[0], dict) else {}
     found_model = first.get("model_id") or first.get("model")
     version = first.get("version") if isinstance(first.get("version"), str) and first.get("version") else None
@@ -200,7 +230,7 @@ def import_vllm_bench(
     anchors: list[str] = []
     read = 0
     for run, doc in enumerate(docs):
-        read += _vllm_run(p, doc, run, len(docs), problems, builder, counts, anchors)
+        read += _vllm_run(prefix, doc, run, len(docs), problems, builder, counts, anchors)
     problems.raise_if_any()
     old_keys = any(isinstance(d, dict) and "request_goodput:" in d for d in docs)
     tool = "vLLM benchmark_serving.py (old key set: 'request_goodput:')" if old_keys else "vLLM bench serve"
@@ -226,11 +256,8 @@ def import_vllm_bench(
             f"itl_s not imported for {counts['itl_dropped']} request(s): their itls are gaps between stream chunks "
             "that carry several tokens (vLLM bench's ITL is per chunk, ours is token-weighted)."
         )
-    if builder.finish["stop"]:
-        conversions.append(
-            f"{builder.finish['stop']} successful request(s) (empty error) → finish_reason stop "
-            "(vLLM bench does not record stop vs length)."
-        )
+    if note := stop_note(builder, "vLLM bench", "empty error"):
+        conversions.append(note)
     for key, n in sorted(counts.items()):
         if key.startswith("fail:"):
             _, finish, what = key.split(":", 2)
@@ -258,7 +285,8 @@ def import_vllm_bench(
         missing.insert(0, "request start times (start_times)")
     if not any(k in d for d in docs if isinstance(d, dict) for k in ("latencies", "e2els")):
         missing.append("per-request latency (latencies)")
-    report = make_report(p, "vllm-bench", tool, read, builder, conversions, missing, available, arrival_note)
+    report = make_report(p, "vllm-bench", tool, read, builder, conversions, missing, available, arrival_note,
+                         id_prefix=prefix, run_duration=_vllm_duration(docs))
     return builder.frame(), report
 
 

@@ -9,7 +9,6 @@ file's bytes. Importers of other data (traces become arrival schedules) run last
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llmslo.analysis.importers._common import content_sha256
 from llmslo.analysis.importers._registry import detect_kind, importer_for
 from llmslo.analysis.importers._types import ImportOptions, ImportReport, UnknownKindError
 from llmslo.analysis.store import IMPORTS_TABLE, IngestReport, Store, imports_ddl, table_names
@@ -29,7 +29,13 @@ __all__ = ["FileImport", "ImportResult", "import_files", "recorded_imports"]
 ProgressCallback = Callable[[str, int, int], None]
 """``on_progress(stage, done_files, total_files)``."""
 
-_HASH_CHUNK_BYTES = 1 << 20
+ADDED_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("id_prefix", "VARCHAR"),
+    ("run_duration_s", "DOUBLE"),
+    ("run_duration_note", "VARCHAR"),
+)
+"""Provenance columns added after the first release of the table, in order: a store created before gets them
+(``ALTER TABLE ... ADD COLUMN IF NOT EXISTS``) before anything is inserted."""
 
 
 @dataclass(frozen=True)
@@ -41,10 +47,13 @@ class FileImport:
     ingest: IngestReport | None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form: the import report plus ``rows_inserted`` and ``rows_already_stored`` (or null)."""
+        """JSON-ready form: the import report plus ``rows_inserted``, ``rows_already_stored`` and
+        ``rows_conflicting`` (ids stored with other content, e.g. the same file under another ``--model``; the
+        stored rows are kept), each null for importers that write no request summaries."""
         out = self.report.to_dict()
         out["rows_inserted"] = self.ingest.rows_inserted if self.ingest else None
         out["rows_already_stored"] = self.ingest.rows_already_stored if self.ingest else None
+        out["rows_conflicting"] = self.ingest.rows_conflicting if self.ingest else None
         return out
 
 
@@ -59,15 +68,6 @@ class ImportResult:
     def to_dict(self) -> dict[str, Any]:
         """The JSON of ``llmslo import --json``."""
         return {"files": [f.to_dict() for f in self.files], "store_rows": self.store_rows}
-
-
-def content_sha256(path: Path) -> str:
-    """SHA-256 (hex) of a file's bytes."""
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(_HASH_CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def import_files(
@@ -109,7 +109,7 @@ def import_files(
     store_rows: int | None = None
     if converted:
         with Store.open(db) as store:
-            store.con.execute(imports_ddl())
+            prepare_imports_table(store)
             for done, (i, path, frame, report) in enumerate(converted):
                 if on_progress:
                     on_progress("loading", done, len(converted))
@@ -126,13 +126,27 @@ def import_files(
     return ImportResult(tuple(results[i] for i in sorted(results)), store_rows)
 
 
+def prepare_imports_table(store: Store) -> None:
+    """Create the provenance table, or add the columns a table from an older store lacks."""
+    store.con.execute(imports_ddl())
+    for name, sql_type in ADDED_COLUMNS:
+        store.con.execute(f"ALTER TABLE {IMPORTS_TABLE} ADD COLUMN IF NOT EXISTS {name} {sql_type}")
+
+
 def _record(store: Store, path: Path, report: ImportReport, ingest: IngestReport) -> None:
-    store.con.execute(
-        f"INSERT OR REPLACE INTO {IMPORTS_TABLE} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [content_sha256(path), report.source, report.kind, report.tool, report.rows_read, report.rows_imported,
-         ingest.rows_inserted, ingest.rows_already_stored, report.arrivals_available, report.arrival_note,
-         list(report.conversions), list(report.missing_fields), dict(report.finish_reasons), time.time()],
-    )
+    values: dict[str, Any] = {
+        "content_sha256": content_sha256(path), "source": report.source, "kind": report.kind,
+        "tool": report.tool, "rows_read": report.rows_read, "rows_imported": report.rows_imported,
+        "rows_inserted": ingest.rows_inserted, "rows_already_stored": ingest.rows_already_stored,
+        "arrivals_available": report.arrivals_available, "arrival_note": report.arrival_note,
+        "conversions": list(report.conversions), "missing_fields": list(report.missing_fields),
+        "finish_reasons": dict(report.finish_reasons), "imported_unix_s": time.time(),
+        "id_prefix": report.id_prefix, "run_duration_s": report.run_duration_s,
+        "run_duration_note": report.run_duration_note,
+    }
+    names = ", ".join(values)
+    marks = ", ".join("?" for _ in values)
+    store.con.execute(f"INSERT OR REPLACE INTO {IMPORTS_TABLE} ({names}) VALUES ({marks})", list(values.values()))
 
 
 def recorded_imports(store: Store) -> list[dict[str, Any]]:

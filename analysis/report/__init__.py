@@ -2,6 +2,9 @@
 
 :func:`build_report` reads the store and returns a typed :class:`Report` whose ``to_dict()`` is the JSON of
 ``llmslo report --json``; :func:`km_quantiles` is the censoring-aware (Kaplan–Meier) estimator it uses.
+:func:`arrivalless_imports`, :func:`stored_arrival_range` and :func:`check_window_count` say what the
+stored rows can support (imports without arrival times, arrival times that can be placed, how many
+windows); the anomaly scan uses them too.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from llmslo.analysis.report._model import (
     CensoringAwareTtft,
     Distribution,
     Group,
+    GroupRateBasis,
     RateBasis,
     Report,
     SuccessOnlyTtft,
@@ -25,6 +29,17 @@ from llmslo.analysis.report._model import (
     Verdict,
 )
 from llmslo.analysis.report._policy import DEFAULT_TPOT_S, DEFAULT_TTFT_S, GoodputPolicy
+from llmslo.analysis.report._provenance import (
+    ARRIVAL_MAX_UNIX_S,
+    ARRIVAL_MIN_UNIX_S,
+    MAX_WINDOWS,
+    ArrivallessImport,
+    ReportDataError,
+    arrivalless_imports,
+    check_window_count,
+    id_prefix_sql,
+    stored_arrival_range,
+)
 from llmslo.analysis.report._report import (
     DEFINITIONS,
     GROUP_COLUMNS,
@@ -37,7 +52,10 @@ from llmslo.analysis.report._report import (
 from llmslo.analysis.report._survival import km_quantiles, quantile_label
 
 __all__ = [
+    "ARRIVAL_MAX_UNIX_S",
+    "ARRIVAL_MIN_UNIX_S",
     "Accounting",
+    "ArrivallessImport",
     "Bucket",
     "CensoringAwareTtft",
     "DEFAULT_TPOT_S",
@@ -47,10 +65,13 @@ __all__ = [
     "GROUP_COLUMNS",
     "GoodputPolicy",
     "Group",
+    "GroupRateBasis",
     "LATENCY_INTERVALS",
+    "MAX_WINDOWS",
     "QUANTILES",
     "RateBasis",
     "Report",
+    "ReportDataError",
     "ReportSpec",
     "SuccessOnlyTtft",
     "SurvivorBias",
@@ -58,7 +79,11 @@ __all__ = [
     "Totals",
     "Verdict",
     "WINDOW_KEY",
+    "arrivalless_imports",
     "build_report",
+    "check_window_count",
+    "id_prefix_sql",
     "km_quantiles",
     "quantile_label",
+    "stored_arrival_range",
 ]

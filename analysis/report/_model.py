@@ -19,6 +19,7 @@ __all__ = [
     "CensoringAwareTtft",
     "Distribution",
     "Group",
+    "GroupRateBasis",
     "RateBasis",
     "Report",
     "SuccessOnlyTtft",
@@ -30,6 +31,10 @@ __all__ = [
 
 Verdict = Literal["consistent", "optimistic", "insufficient_data"]
 """Survivor-bias verdict of a group (see ``docs/conventions.md``, "Survivor bias")."""
+RateKind = Literal["window", "span", "run_duration", "none"]
+"""What a group's per-second rates divide by: its window (the part before the horizon), the span of the
+rows with arrival times, the run durations recorded by the imports its rows came from, or nothing (the
+rates are null and the note says why)."""
 
 
 @dataclass(frozen=True)
@@ -161,13 +166,26 @@ class Tokens:
         }
 
 
+@dataclass(frozen=True)
+class GroupRateBasis:
+    """What one group's per-second rates divide by: ``seconds`` of the ``kind`` (None when the rates are
+    null), with a ``note`` saying why whenever it is not the window or the span of the data."""
+
+    kind: RateKind
+    seconds: float | None
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "seconds": self.seconds, "note": self.note}
+
+
 @dataclass
 class Group:
     """One group of the report (its ``keys``: column values and, with windows, the window start).
 
     ``goodput_fraction`` = good / settled (attempted − in flight); ``request_goodput_per_s`` and
-    ``token_goodput_per_s`` divide by the rate basis; ``latency`` maps each interval of
-    :data:`~llmslo.analysis.report.LATENCY_INTERVALS` to its :class:`Distribution`.
+    ``token_goodput_per_s`` divide by the group's ``rate_basis`` (null without one); ``latency`` maps each
+    interval of :data:`~llmslo.analysis.report.LATENCY_INTERVALS` to its :class:`Distribution`.
     """
 
     keys: Mapping[str, Any]
@@ -183,6 +201,7 @@ class Group:
     latency: Mapping[str, Distribution]
     tokens: Tokens
     survivor_bias: SurvivorBias
+    rate_basis: GroupRateBasis
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -191,26 +210,29 @@ class Group:
             "token_goodput_per_s": self.token_goodput_per_s, "one_token_replies": self.one_token_replies,
             "good_one_token_replies": self.good_one_token_replies, "finish_reasons": dict(self.finish_reasons),
             "latency": {k: d.to_dict() for k, d in self.latency.items()}, "tokens": self.tokens.to_dict(),
-            "survivor_bias": self.survivor_bias.to_dict(),
+            "survivor_bias": self.survivor_bias.to_dict(), "rate_basis": self.rate_basis.to_dict(),
         }
 
 
 @dataclass(frozen=True)
 class RateBasis:
-    """What per-second rates divide by: the window length, or the data's span (first arrival to last
-    finish) when there is no window. ``seconds`` is ``None`` when there is no usable span."""
+    """What per-second rates of rows with arrival times divide by: the window length, or the data's span
+    (first arrival to last finish, or to the horizon) when there is no window. ``seconds`` is ``None``
+    when there is no usable span. ``exceptions`` name the groups whose rates divide by something else or
+    are null, and why (each group's own :class:`GroupRateBasis` says which)."""
 
     kind: Literal["window", "span"]
     seconds: float | None
     from_unix_s: float | None = None
     to_unix_s: float | None = None
     note: str | None = None
+    exceptions: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         if self.kind == "window":
-            return {"kind": self.kind, "seconds": self.seconds}
+            return {"kind": self.kind, "seconds": self.seconds, "exceptions": list(self.exceptions)}
         return {"kind": self.kind, "seconds": self.seconds, "from_unix_s": self.from_unix_s,
-                "to_unix_s": self.to_unix_s, "note": self.note}
+                "to_unix_s": self.to_unix_s, "note": self.note, "exceptions": list(self.exceptions)}
 
 
 @dataclass(frozen=True)
@@ -230,8 +252,10 @@ class Totals:
 
 @dataclass(frozen=True)
 class Report:
-    """The whole report: the policy it was judged under, its grouping and rate basis, the definitions of
-    its figures, caveats about the data, totals and groups (in group-key order)."""
+    """The whole report: the policy it was judged under, its horizon (``until_unix_s``, Unix seconds:
+    requests that finished after it are in flight; None: when the data was taken), its grouping and rate
+    basis, the definitions of its figures, caveats about the data, totals and groups (in group-key
+    order)."""
 
     schema_version: int
     caveats: tuple[str, ...]
@@ -241,6 +265,7 @@ class Report:
     definitions: Mapping[str, str]
     totals: Totals
     groups: tuple[Group, ...]
+    until_unix_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready form (``llmslo report --json``)."""
@@ -248,6 +273,7 @@ class Report:
             "schema_version": self.schema_version,
             "caveats": list(self.caveats),
             "policy": self.policy.to_dict(),
+            "until_unix_s": self.until_unix_s,
             "group_by": list(self.group_by),
             "rate_basis": self.rate_basis.to_dict(),
             "definitions": dict(self.definitions),

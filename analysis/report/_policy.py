@@ -63,8 +63,9 @@ class GoodputPolicy(SloPolicy):
             parts.append(f"e2e_s <= {format_duration(self.e2e_s)}")
         return (
             "good = " + " and ".join(parts)
-            + "; attempted = every arrival in the window (rejected, cancelled, timed out and failed included);"
-            " requests in flight at the window end are excluded from good and from the denominator"
+            + "; attempted = every arrival in the window (rejected, cancelled, timed out and failed included),"
+            " judged by its final outcome however long it ran; only requests in flight at the report's horizon"
+            " (--until; none for stored summaries without it) are excluded from good and from the denominator"
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from llmslo.analysis.report._model import (
     CensoringAwareTtft,
     Distribution,
     Group,
+    GroupRateBasis,
     RateBasis,
     Report,
     SuccessOnlyTtft,
@@ -31,6 +33,14 @@ from llmslo.analysis.report._model import (
     Verdict,
 )
 from llmslo.analysis.report._policy import GoodputPolicy
+from llmslo.analysis.report._provenance import (
+    ARRIVAL_MAX_UNIX_S,
+    ARRIVAL_MIN_UNIX_S,
+    ArrivallessImport,
+    arrivalless_imports,
+    check_window_count,
+    stored_arrival_range,
+)
 from llmslo.analysis.report._sql import (
     LATENCY_INTERVALS,
     QUANTILES,
@@ -45,7 +55,7 @@ from llmslo.analysis.report._sql import (
 )
 from llmslo.analysis.report._survival import quantile_label
 from llmslo.analysis.store import IMPORTS_TABLE, META_TABLE, table_names
-from llmslo.telemetry import FINISH_REASONS, SCHEMA_VERSION, ConfigurationError
+from llmslo.telemetry import FINISH_REASONS, SCHEMA_VERSION, ConfigurationError, format_duration
 
 GROUP_COLUMNS: tuple[str, ...] = ("model", "version", "tenant_class", "finish_reason")
 """Columns a report may be grouped by (plus time windows)."""
@@ -89,12 +99,22 @@ __all__ = [
 
 @dataclass(frozen=True)
 class ReportSpec:
-    """What to report: the policy (with its window), the grouping, the quantiles."""
+    """What to report: the policy (with its window), the grouping, and the horizon ``until_unix_s``
+    (Unix seconds): only requests that arrived by then are reported, and those that finished after it
+    are in flight. None (the default) is when the data was taken: every stored request has reached its
+    terminal state, none is in flight."""
 
     policy: GoodputPolicy
     by: tuple[str, ...] = ()
+    until_unix_s: float | None = None
 
     def __post_init__(self) -> None:
+        until = self.until_unix_s
+        if until is not None and not (math.isfinite(until) and ARRIVAL_MIN_UNIX_S <= until <= ARRIVAL_MAX_UNIX_S):
+            raise ConfigurationError(
+                f"report --until: must be Unix seconds between {ARRIVAL_MIN_UNIX_S:.0f} (1970) and "
+                f"{ARRIVAL_MAX_UNIX_S:.0f} (the year 9999), got {until!r}"
+            )
         for key in self.by:
             if key not in GROUP_COLUMNS:
                 raise ConfigurationError(
@@ -117,33 +137,119 @@ def build_report(
     """Compute the report over the store open on ``con``.
 
     ``on_progress(stage)`` is called as each query starts. ``Report.to_dict()`` is the JSON of
-    ``llmslo report --json``: ``policy``, ``rate_basis`` (window or data span, seconds), ``definitions``,
-    ``totals`` and ``groups`` (each: ``keys``, ``attempted``, ``good``, ``in_flight``,
-    ``goodput_fraction``, ``request_goodput_per_s``, ``token_goodput_per_s``, ``latency``, ``tokens``,
-    ``survivor_bias``).
+    ``llmslo report --json``: ``policy``, ``until_unix_s`` (the horizon), ``rate_basis`` (window or data
+    span, seconds, and the groups that divide by something else), ``definitions``, ``totals`` and
+    ``groups`` (each: ``keys``, ``attempted``, ``good``, ``in_flight``, ``goodput_fraction``,
+    ``request_goodput_per_s``, ``token_goodput_per_s``, ``latency``, ``tokens``, ``survivor_bias``,
+    ``rate_basis``).
+
+    Raises :class:`~llmslo.analysis.report.ReportDataError` when a stored arrival time cannot be placed
+    in time, and :class:`ConfigurationError` when the window gives more windows than a report holds.
     """
     policy = spec.policy
-    raw = fetch_raw(con, policy, spec.keys, on_progress=on_progress)
-    rate_basis = _rate_basis(raw, policy)
+    arrivals = stored_arrival_range(con)
+    if policy.window_s is not None:
+        check_window_count(con, policy.window_s, arrivals, until_unix_s=spec.until_unix_s)
+    imports = arrivalless_imports(con)
+    raw = fetch_raw(con, policy, spec.keys, until_unix_s=spec.until_unix_s, arrivalless=tuple(imports),
+                    on_progress=on_progress)
+    span = _span(raw, policy, spec.until_unix_s)
     bounds = {name: bucket_bounds(name, policy) for name in LATENCY_INTERVALS}
-    groups = [_group(row, raw, bounds, rate_basis.seconds) for row in raw.main]
+    groups = [_group(row, raw, bounds, _group_rate(row, spec, span.seconds, imports)) for row in raw.main]
     _flag_shed_trend(groups, spec)
+    rate_basis = RateBasis(span.kind, span.seconds, span.from_unix_s, span.to_unix_s, span.note,
+                           _rate_exceptions(groups))
     attempted = sum(g.attempted for g in groups)
     in_flight = sum(g.in_flight for g in groups)
     good = sum(g.good for g in groups)
     settled = attempted - in_flight
     totals = Totals(raw.n_total, attempted, good, in_flight, good / settled if settled else None)
     return Report(SCHEMA_VERSION, tuple(_import_caveats(con)), policy, spec.keys, rate_basis, DEFINITIONS,
-                  totals, tuple(groups))
+                  totals, tuple(groups), spec.until_unix_s)
 
 
-def _rate_basis(raw: RawReport, policy: GoodputPolicy) -> RateBasis:
+def _span(raw: RawReport, policy: GoodputPolicy, until_unix_s: float | None) -> RateBasis:
+    """The report's rule for rows with arrival times: the window, or the span from their first arrival
+    to their last finish (to the horizon when there is one), seconds."""
     if policy.window_s is not None:
         return RateBasis("window", policy.window_s)
     lo, hi = raw.span_from_unix_s, raw.span_to_unix_s
-    span = hi - lo if raw.n_total and lo is not None and hi is not None else 0.0
+    if until_unix_s is not None and lo is not None:
+        hi = until_unix_s
+    span = hi - lo if lo is not None and hi is not None else 0.0
+    to = "the horizon (--until)" if until_unix_s is not None else "the last finish"
     return RateBasis("span", span if span > 0 else None, lo, hi,
-                     "no --window: per-second rates divide by the span from the first arrival to the last finish")
+                     f"no --window: per-second rates divide by the span from the first arrival to {to} "
+                     "of the rows with arrival times")
+
+
+def _files(imports: Sequence[ArrivallessImport]) -> str:
+    names = sorted({f for i in imports for f in i.files})
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def _group_rate(
+    row: dict[str, Any],
+    spec: ReportSpec,
+    span_s: float | None,
+    imports: Mapping[str, ArrivallessImport],
+) -> GroupRateBasis:
+    """What the group's per-second rates divide by (seconds), or why they are null.
+
+    Rows from imports without arrival times have no time base of their own: a group made only of them
+    divides by the run durations those imports recorded (their sum), when every one recorded one; in a
+    window, or mixed with rows that have arrival times, their rates are null. Other groups divide by the
+    window (its part before the horizon) or the span of the rows with arrival times.
+    """
+    attempted = int(row["attempted"])
+    n_none = int(row["no_arrival_rows"])
+    mine = [imports[p] for p in row["no_arrival_imports"]]
+    window_s = spec.policy.window_s
+    if window_s is not None:
+        if n_none:
+            return GroupRateBasis("none", None, f"{n_none:,} row(s) come from imports without arrival times "
+                                  f"({_files(mine)}): they cannot be placed in windows")
+        start = float(row[WINDOW_KEY])
+        seen = window_s if spec.until_unix_s is None else min(window_s, spec.until_unix_s - start)
+        if seen <= 0:
+            return GroupRateBasis("none", None, "the horizon (--until) is at the window's start")
+        if seen < window_s:
+            return GroupRateBasis("window", seen, f"the horizon (--until) ends this window after "
+                                  f"{format_duration(seen)}")
+        return GroupRateBasis("window", window_s)
+    if n_none == 0:
+        if span_s is None:
+            return GroupRateBasis("span", None, "the rows with arrival times span no time")
+        return GroupRateBasis("span", span_s)
+    if n_none < attempted:
+        return GroupRateBasis("none", None, f"the group mixes {attempted - n_none:,} row(s) with arrival times "
+                              f"and {n_none:,} from imports without them ({_files(mine)}): no common time base")
+    problems = [i.problem for i in mine if i.problem is not None]
+    if problems:
+        shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+        return GroupRateBasis("none", None, f"rows from imports without arrival times: {shown}")
+    total = math.fsum(i.run_duration_s for i in mine if i.run_duration_s is not None)
+    return GroupRateBasis("run_duration", total,
+                          f"rows from imports without arrival times ({_files(mine)}): per-second rates divide "
+                          f"by the run duration(s) their files recorded, {format_duration(total)} in all")
+
+
+def _label(keys: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in keys.items()) or "all requests"
+
+
+def _rate_exceptions(groups: Sequence[Group]) -> tuple[str, ...]:
+    """One sentence per distinct group note: which groups (up to three named) and the note."""
+    by_note: dict[str, list[Group]] = {}
+    for g in groups:
+        if g.rate_basis.note is not None:
+            by_note.setdefault(g.rate_basis.note, []).append(g)
+    out: list[str] = []
+    for note, items in by_note.items():
+        named = "; ".join(_label(g.keys) for g in items[:3])
+        more = f" and {len(items) - 3} more" if len(items) > 3 else ""
+        out.append(f"{len(items)} group(s) ({named}{more}): {note}")
+    return tuple(out)
 
 
 def _distribution(row: dict[str, Any] | None, alias: str, bounds: Sequence[float]) -> Distribution:
@@ -191,8 +297,9 @@ def _import_caveats(con: duckdb.DuckDBPyConnection) -> list[str]:
     if no_arrivals:
         shown = ", ".join(no_arrivals[:5]) + (f" and {len(no_arrivals) - 5} more" if len(no_arrivals) > 5 else "")
         out.append(
-            f"{len(no_arrivals)} imported file(s) carry no arrival times ({shown}): windows, per-second rates "
-            "and in-flight counts are not meaningful for their rows"
+            f"{len(no_arrivals)} imported file(s) carry no arrival times ({shown}): windows and in-flight counts "
+            "are not meaningful for their rows; their per-second rates divide by the run durations the files "
+            "recorded, or are null (rate_basis says which)"
         )
     return out
 
@@ -201,7 +308,7 @@ def _group(
     row: dict[str, Any],
     raw: RawReport,
     bounds: dict[str, tuple[float, ...]],
-    seconds: float | None,
+    rate: GroupRateBasis,
 ) -> Group:
     key = raw.key_of(row)
     attempted = int(row["attempted"])
@@ -211,6 +318,7 @@ def _group(
     latency = {name: _distribution(raw.itl.get(key) if name == "itl_s" else row, name, bounds[name])
                for name in LATENCY_INTERVALS}
     by_reason = {r: int(row[f"n_{r}"]) for r in FINISH_REASONS}
+    seconds = rate.seconds
     sums = {c: int(row[f"sum_{c}"]) for c in TOKEN_COUNTS}
     per_s = {c: (sums[c] / seconds if seconds else None) for c in TOKEN_COUNTS}
     tokens = Tokens(
@@ -232,6 +340,7 @@ def _group(
         latency=latency,
         tokens=tokens,
         survivor_bias=_survivor(row, raw.km.get(key), by_reason, attempted, in_flight),
+        rate_basis=rate,
     )
 
 

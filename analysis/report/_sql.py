@@ -18,6 +18,7 @@ from typing import Any
 import duckdb
 
 from llmslo.analysis.report._policy import GoodputPolicy
+from llmslo.analysis.report._provenance import id_prefix_sql
 from llmslo.analysis.report._survival import (
     inverse_cdf_max_n,
     km_quantiles_by_id_sql,
@@ -55,8 +56,11 @@ Key = tuple[Any, ...]
 class RawReport:
     """What the queries return: the span of the data and the raw rows of every group, keyed by group.
 
-    ``main`` holds one row per group in group-key order; ``itl`` and ``km`` are keyed by the tuple of the
-    group's key values (a group absent from ``km`` has no admitted request).
+    The span (Unix seconds) runs from the first arrival to the last finish of the rows with arrival times
+    (rows from imports without them are left out). ``main`` holds one row per group in group-key order,
+    with ``no_arrival_rows`` (how many of its rows came from imports without arrival times) and
+    ``no_arrival_imports`` (the request-id prefixes of those imports); ``itl`` and ``km`` are keyed by the
+    tuple of the group's key values (a group absent from ``km`` has no admitted request).
     """
 
     keys: tuple[str, ...]
@@ -92,21 +96,35 @@ def bucket_bounds(interval: str, policy: GoodputPolicy) -> tuple[float, ...]:
     return tuple(sorted(bounds))
 
 
-def _base_sql(policy: GoodputPolicy) -> str:
+def _base_sql(policy: GoodputPolicy, until_unix_s: float | None = None,
+              arrivalless: Sequence[str] = ()) -> str:
     """Every summary row plus ``tpot_s_derived`` (:data:`TPOT_SQL`, seconds), ``__good`` (the policy's
-    rule), ``__in_flight`` and, with windows, :data:`WINDOW_KEY` (Unix seconds)."""
+    rule), ``__in_flight``, with windows :data:`WINDOW_KEY` (Unix seconds), and with ``arrivalless``
+    prefixes ``__import``: the prefix of a row that came from an import without arrival times, else NULL.
+
+    A row belongs to the window of its arrival, whatever its duration. With a horizon ``until_unix_s``
+    (Unix seconds) only rows that arrived by then are kept, and a row is in flight when it finished after
+    it (``arrival_unix_s + e2e_s > until_unix_s``); without one, every stored row has reached its terminal
+    state and none is in flight. ``__import`` comes from a join with the (few) prefixes, made only when
+    there are some.
+    """
+    cols = [policy.good_sql().replace(f"({TPOT_SQL})", "tpot_s_derived") + " AS __good"]
+    # (the rule's TPOT condition reads the derived column, computed once per row: the same expression)
     w = policy.window_s
-    if w is None:
-        window = "FALSE AS __in_flight"
+    if w is not None:
+        cols.append(f"floor(arrival_unix_s / {_lit(w)}) * {_lit(w)} AS {WINDOW_KEY}")
+    if until_unix_s is None:
+        cols.append("FALSE AS __in_flight")
     else:
-        start = f"floor(arrival_unix_s / {_lit(w)}) * {_lit(w)}"
-        window = f"{start} AS {WINDOW_KEY}, arrival_unix_s + e2e_s > {start} + {_lit(w)} AS __in_flight"
-    # The rule's TPOT condition reads the derived column, computed once per row (the same expression).
-    good = policy.good_sql().replace(f"({TPOT_SQL})", "tpot_s_derived")
-    return (
-        f"SELECT *, {good} AS __good, {window} "
-        f"FROM (SELECT *, {TPOT_SQL} AS tpot_s_derived FROM {SUMMARY_TABLE}) AS __summaries"
-    )
+        cols.append(f"coalesce(arrival_unix_s + e2e_s > {_lit(until_unix_s)}, FALSE) AS __in_flight")
+    source = f"(SELECT *, {TPOT_SQL} AS tpot_s_derived FROM {SUMMARY_TABLE}) AS __summaries"
+    if arrivalless:
+        # the guard spares split_part on ids without '#' (live rows), about half the join's cost on 10M rows
+        values = ", ".join(f"({_text(p)})" for p in arrivalless)
+        prefix = f"CASE WHEN contains(__summaries.request_id, '#') THEN {id_prefix_sql('__summaries.request_id')} END"
+        source += f" LEFT JOIN (VALUES {values}) AS __imports(__import) ON {prefix} = __imports.__import"
+    where = f" WHERE arrival_unix_s <= {_lit(until_unix_s)}" if until_unix_s is not None else ""
+    return f"SELECT *, {', '.join(cols)} FROM {source}{where}"
 
 
 @dataclass
@@ -212,10 +230,14 @@ def fetch_raw(
     policy: GoodputPolicy,
     keys: tuple[str, ...],
     *,
+    until_unix_s: float | None = None,
+    arrivalless: Sequence[str] = (),
     on_progress: ProgressCallback | None = None,
 ) -> RawReport:
     """Run the report's queries over the store open on ``con``, grouped by ``keys`` (columns, and
-    :data:`WINDOW_KEY` when the policy has a window).
+    :data:`WINDOW_KEY` when the policy has a window), at the horizon ``until_unix_s`` (Unix seconds;
+    None: when the data was taken, so no stored row is in flight), telling apart the rows whose
+    ``request_id`` prefix is one of ``arrivalless`` (imports without arrival times).
 
     The table is aggregated once; only ITL and censoring take a second look, each at what it needs:
 
@@ -236,20 +258,21 @@ def fetch_raw(
     The finish reasons are the closed set and never null (the store's contract); bucket counts assume
     finite values (the store holds no others).
     """
-    base = _base_sql(policy)
+    base = _base_sql(policy, until_unix_s, arrivalless)
     bounds = {name: bucket_bounds(name, policy) for name in LATENCY_INTERVALS}
     present: dict[str, bool] = dict(zip(_PRESENCE, con.sql(_presence_sql()).fetchall()[0], strict=True))
 
     if on_progress:
         on_progress("aggregating")
-    windowed = policy.window_s is not None
+    horizon = until_unix_s is not None  # only a horizon before a row's finish makes it in flight
     # Grouped by finish reason, a group's rows all have its reason: successful or not, admitted or not.
     by_reason = "finish_reason" in keys
     success = ", ".join(_text(r) for r in sorted(policy.success))
-    good = "__good AND NOT __in_flight" if windowed else "__good"
+    good = "__good AND NOT __in_flight" if horizon else "__good"
     q = _Query()
+    filled: dict[str, Any] = {}
     q.add("count(*)", "attempted")
-    if windowed:
+    if horizon:
         q.add("coalesce(count_if(__in_flight), 0)", "in_flight")
     else:
         q.outer.append("0 AS in_flight")
@@ -264,19 +287,25 @@ def fetch_raw(
                     f"{_quote('n_' + r)}" for r in FINISH_REASONS]
         q.outer.append("CASE WHEN finish_reason = 'rejected' THEN attempted ELSE 0 END AS __rejected")
     else:
-        settled = "NOT __in_flight AND " if windowed else ""
+        settled = "NOT __in_flight AND " if horizon else ""
         for r in FINISH_REASONS:
             q.add(f"coalesce(count_if({settled}finish_reason = {_text(r)}), 0)", f"n_{r}")
-        if windowed:
+        if horizon:
             q.add("coalesce(count_if(finish_reason = 'rejected'), 0)", "__rejected")
         else:
             q.outer.append('"n_rejected" AS __rejected')
-    q.add("min(arrival_unix_s)", "__span_from")
-    q.add("max(arrival_unix_s + e2e_s)", "__span_to")
+    if arrivalless:
+        q.add("count(__import)", "no_arrival_rows")
+        q.add("list(DISTINCT __import ORDER BY __import) FILTER (WHERE __import IS NOT NULL)", "no_arrival_imports")
+        q.add("min(arrival_unix_s) FILTER (WHERE __import IS NULL)", "__span_from")
+        q.add("max(arrival_unix_s + e2e_s) FILTER (WHERE __import IS NULL)", "__span_to")
+    else:
+        filled.update({"no_arrival_rows": 0, "no_arrival_imports": []})
+        q.add("min(arrival_unix_s)", "__span_from")
+        q.add("max(arrival_unix_s + e2e_s)", "__span_to")
     for c in TOKEN_COUNTS:
         q.add(f"coalesce(sum({c}), 0)", f"sum_{c}")
     q.add("coalesce(sum(generated_tokens - sent_tokens), 0)", "waste")
-    filled: dict[str, Any] = {}
     for name, expr in _INTERVAL_EXPR.items():
         if present[name]:
             _add_distribution(q, expr, name, bounds[name])
@@ -314,6 +343,7 @@ def fetch_raw(
     admitted_groups: dict[Key, _AdmittedGroup] = {}
     for row in main:
         row.update(filled)
+        row["no_arrival_imports"] = list(row["no_arrival_imports"] or [])
         n_total += row["attempted"]
         lo, hi = row.pop("__span_from"), row.pop("__span_to")
         span_from = lo if span_from is None or (lo is not None and lo < span_from) else span_from

@@ -72,11 +72,18 @@ class ScrapeFormatError(LlmsloError, ValueError):
 
 @dataclass(frozen=True)
 class Exemplar:
-    """An exemplar: the labels of one example observation (e.g. ``request_id``), its value and time (Unix s)."""
+    """An exemplar: the labels of one example observation (e.g. ``request_id``), its value and time (Unix s).
+
+    Hashable like the other parsed records (two scrapes are compared by their sets of exemplars), although
+    ``labels`` is a mapping: the hash is taken over its sorted pairs.
+    """
 
     labels: Mapping[str, str]
     value: float
     timestamp_s: float | None
+
+    def __hash__(self) -> int:
+        return hash((tuple(sorted(self.labels.items())), self.value, self.timestamp_s))
 
 
 @dataclass(frozen=True)

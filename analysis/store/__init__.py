@@ -22,15 +22,26 @@ from llmslo.analysis.store._schema import (
 )
 from llmslo.analysis.store._sink_writers import DuckDBSummaryWriter, ParquetSummaryWriter, summary_table
 from llmslo.analysis.store._store import IngestReport, Store, StoreError, StoreVersionError, open_store
-from llmslo.analysis.store._validation import InvalidInputError, RowError
+from llmslo.analysis.store._validation import (
+    ARRIVAL_MAX_AHEAD_S,
+    ARRIVAL_MIN_UNIX_S,
+    INTERVAL_MAX_S,
+    RESERVED_COLUMNS,
+    InvalidInputError,
+    RowError,
+)
 
 __all__ = [
+    "ARRIVAL_MAX_AHEAD_S",
+    "ARRIVAL_MIN_UNIX_S",
     "DuckDBSummaryWriter",
     "IMPORTS_TABLE",
+    "INTERVAL_MAX_S",
     "IngestReport",
     "InvalidInputError",
     "META_TABLE",
     "ParquetSummaryWriter",
+    "RESERVED_COLUMNS",
     "RowError",
     "SUMMARY_TABLE",
     "Store",

@@ -77,7 +77,12 @@ def imports_ddl(table: str = IMPORTS_TABLE) -> str:
     ``content_sha256`` is the SHA-256 of the file's bytes (hex), so the same file imported again, under any
     name, replaces its record; ``arrivals_available`` is false when the file records no request start times
     (windows and per-second rates from its rows are meaningless); ``conversions`` are the sentences of the
-    import report; ``imported_unix_s`` is the wall-clock time of the import.
+    import report; ``imported_unix_s`` is the wall-clock time of the import. ``id_prefix`` is the part before
+    ``#`` of every ``request_id`` the import wrote (join rows to their import on
+    ``split_part(request_id, '#', 1) = id_prefix``); ``run_duration_s`` is the run's duration in seconds as
+    the file recorded it (NULL where it records none) and ``run_duration_note`` says where it came from or
+    why it is absent. These three were added later: a store created before lacks them until the next
+    import adds them (``ALTER TABLE ... ADD COLUMN IF NOT EXISTS``).
     """
     return (
         f"CREATE TABLE IF NOT EXISTS {table} (\n"
@@ -94,6 +99,9 @@ def imports_ddl(table: str = IMPORTS_TABLE) -> str:
         "  conversions VARCHAR[] NOT NULL,\n"
         "  missing_fields VARCHAR[] NOT NULL,\n"
         "  finish_reasons MAP(VARCHAR, BIGINT) NOT NULL,\n"
-        "  imported_unix_s DOUBLE NOT NULL\n"
+        "  imported_unix_s DOUBLE NOT NULL,\n"
+        "  id_prefix VARCHAR,\n"
+        "  run_duration_s DOUBLE,\n"
+        "  run_duration_note VARCHAR\n"
         ")"
     )

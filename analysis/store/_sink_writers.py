@@ -63,8 +63,10 @@ class DuckDBSummaryWriter:
     """Appends batches of request summaries to the store at ``path`` (a DuckDB file, created if missing).
 
     Each batch goes through :meth:`Store.ingest_frame` with ``skip_invalid``: it is validated against
-    the contract, rows whose ``request_id`` is already stored are skipped, invalid rows are left out and
-    counted in :attr:`rows_rejected`. The file is opened at the first write and held until :meth:`close`.
+    the contract, rows whose ``request_id`` is already stored are skipped (counted in
+    :attr:`rows_already_stored`, or in :attr:`rows_conflicting` when the stored row differs), invalid rows
+    are left out and counted in :attr:`rows_rejected`. The file is opened at the first write and held until
+    :meth:`close`.
     Raises :class:`llmslo.analysis.StoreError` (through the sink, which retries) when the file cannot be
     opened.
     """
@@ -76,6 +78,7 @@ class DuckDBSummaryWriter:
         self.rows_written = 0
         self.rows_rejected = 0
         self.rows_already_stored = 0
+        self.rows_conflicting = 0
 
     def write(self, rows: Sequence[Row]) -> None:
         """Append ``rows`` in one transaction; raises on failure (nothing of the batch is then written)."""
@@ -88,6 +91,7 @@ class DuckDBSummaryWriter:
         self.rows_written += report.rows_inserted
         self.rows_rejected += report.rows_rejected
         self.rows_already_stored += report.rows_already_stored
+        self.rows_conflicting += report.rows_conflicting
 
     def close(self) -> None:
         """Close the store file (a later write opens it again)."""

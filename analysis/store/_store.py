@@ -4,7 +4,11 @@ Ingest reads JSONL, CSV and Parquet files (or polars/Arrow frames), validates ev
 contract and inserts in one transaction through Arrow/DuckDB bulk paths; nothing is committed before
 every row has passed. An input with any invalid row writes nothing unless ``skip_invalid`` is set; then
 the valid rows are loaded and the rejected ones are written beside the input with their reasons. Rows
-whose ``request_id`` is already stored are skipped (counted), so re-ingesting a file adds nothing.
+whose ``request_id`` is already stored are skipped: counted as already stored when their content equals
+the stored row's, so re-ingesting a file adds nothing, and as conflicting (with the first ids) when it
+differs; the stored row is kept either way. An empty input file, a column named like one ingest uses
+internally, or text that is not UTF-8 is refused with the file (and the line) named, and nothing is
+written; a store file that a failed command created is removed again (:meth:`Store.__exit__`).
 
 What ingest costs follows its input, not the store: the rules are checked in the scan that feeds the
 insert, and the stored ids are looked up once per input, before the first chunk, through two side
@@ -22,7 +26,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +48,7 @@ from llmslo.analysis.store._validation import (
     any_violation,
     checked_select,
     column_plan,
+    reserved_column_errors,
     typed_select,
     typed_select_fast,
     violation_conditions,
@@ -82,6 +87,8 @@ SORT_CHECK_MAX_ROWS = 50_000_000
 ID_HASH_CHECK_KEY = "request_id_hash_check"
 """Metadata key: ``hash()`` of a fixed text when :data:`ID_HASH_TABLE` was built (detects a new hash function)."""
 _HASH_PROBE = "llmslo request_id hash check"
+CONFLICT_IDS_KEPT = 10
+"""How many conflicting ``request_id`` values an :class:`IngestReport` lists (the first, in input order)."""
 
 SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 
@@ -96,7 +103,12 @@ class StoreVersionError(StoreError):
 
 @dataclass(frozen=True)
 class IngestReport:
-    """What one input contributed: rows read, inserted, already stored, rejected (and where)."""
+    """What one input contributed: rows read, inserted, already stored, rejected (and where), conflicting.
+
+    ``rows_already_stored`` counts rows whose ``request_id`` was stored with the same content (a re-ingest);
+    ``rows_conflicting`` those whose ``request_id`` was stored with other content (the stored row is kept),
+    and ``conflicting_ids`` lists the first :data:`CONFLICT_IDS_KEPT` of their ids, in input order.
+    """
 
     source: str
     rows_read: int
@@ -105,6 +117,17 @@ class IngestReport:
     rows_rejected: int
     rejected_path: str | None = None
     errors: list[RowError] = field(default_factory=list)
+    rows_conflicting: int = 0
+    conflicting_ids: tuple[str, ...] = ()
+
+    def conflict_note(self) -> str | None:
+        """A sentence on the conflicting rows for a person (None when there are none)."""
+        if not self.rows_conflicting:
+            return None
+        more = ", ..." if self.rows_conflicting > len(self.conflicting_ids) else ""
+        return (f"{self.source}: {self.rows_conflicting:,} row(s) have a request_id that is stored with other "
+                f"content (first: {', '.join(self.conflicting_ids)}{more}); the stored rows were kept. Give "
+                "changed requests new ids, or ingest the corrected file into a new store.")
 
 
 @dataclass
@@ -159,18 +182,120 @@ def _kind_of(path: Path) -> str:
     return kind
 
 
-def _first_bad_json_line(path: Path) -> tuple[int, str]:
-    with path.open("r", encoding="utf-8", errors="replace") as fh:
-        for number, line in enumerate(fh, start=1):
+def _not_utf8(raw: bytes) -> str | None:
+    """Why the bytes of one line are not UTF-8 text (None when they are)."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return (f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the line); "
+                "save the file as UTF-8")
+    return None
+
+
+def _first_bad_json_line(path: Path) -> tuple[int, str, str] | None:
+    """``(line, rule, why)`` of the first line of a JSONL file that is no UTF-8 JSON object, None if none is."""
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            why = _not_utf8(raw)
+            if why is not None:
+                return number, "not_utf8", why
+            line = raw.decode("utf-8")
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                return number, f"not valid JSON ({exc.msg} at column {exc.colno})"
+                return number, "malformed_json", f"not valid JSON ({exc.msg} at column {exc.colno})"
             if not isinstance(obj, dict):
-                return number, f"expected a JSON object, found {type(obj).__name__}"
-    return 0, "unreadable"
+                return number, "malformed_json", f"expected a JSON object, found {type(obj).__name__}"
+    return None
+
+
+def _first_bad_utf8_line(path: Path) -> tuple[int, str] | None:
+    """``(line, why)`` of the first line of a text file that is not UTF-8, None if every line is."""
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            why = _not_utf8(raw)
+            if why is not None:
+                return number, why
+    return None
+
+
+def _unreadable(path: Path, kind: str, exc: duckdb.Error) -> LlmsloError:
+    """The error for an input DuckDB cannot read: the first bad line when there is one, else DuckDB's reason.
+
+    Rows are numbered as ingest numbers them: a JSONL row is its line, a CSV row the line after the header.
+    """
+    if kind == "jsonl":
+        bad = _first_bad_json_line(path)
+        if bad is not None:
+            line, rule, why = bad
+            return InvalidInputError([RowError(str(path), line, "-", None, rule, why)], 1)
+    elif kind == "csv":
+        found = _first_bad_utf8_line(path)
+        if found is not None:
+            line, why = found
+            row = line - 1 if line > 1 else None
+            return InvalidInputError([RowError(str(path), row, "-", None, "not_utf8", f"line {line}: {why}")], 1)
+    return StoreError(f"{path}: cannot read as {kind.upper()}: {exc}")
+
+
+def _content_hash() -> str:
+    """SQL of a row's 64-bit content hash: DuckDB ``hash()`` over every contract column, in storage order."""
+    return f"hash({', '.join(COLUMN_NAMES)})"
+
+
+def _first_bad_parquet_utf8(path: Path) -> tuple[int, str] | None:
+    """``(row, column)`` of the first string value of a Parquet file that is not UTF-8, None if there is none.
+
+    Arrow's full validation finds the row group and column; only that column of that group is decoded value
+    by value (the error path: a file DuckDB refused to read).
+    """
+    pf = pq.ParquetFile(path)
+    names = [f.name for f in pf.schema_arrow if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+    first = 1
+    for group in range(pf.num_row_groups):
+        table = pf.read_row_group(group, columns=names)
+        for name in names:
+            column = table.column(name)
+            try:
+                column.validate(full=True)
+                continue
+            except pa.ArrowInvalid:
+                pass
+            binary = pa.binary() if pa.types.is_string(column.type) else pa.large_binary()
+            values = [v for chunk in column.chunks for v in chunk.view(binary).to_pylist()]
+            for k, raw in enumerate(values):
+                if raw is not None and _not_utf8(raw) is not None:
+                    return first + k, name
+        first += table.num_rows
+    return None
+
+
+def _failed(staged: Sequence[_Input], exc: duckdb.Error) -> LlmsloError:
+    """The error for an ingest DuckDB could not carry out: a Parquet value that is not UTF-8 with its row,
+    else DuckDB's reason (nothing was written either way)."""
+    for inp in staged:
+        if inp.path is not None and inp.path.suffix.lower() == ".parquet" and "UTF" in str(exc).upper():
+            found = _first_bad_parquet_utf8(inp.path)
+            if found is not None:
+                row, column = found
+                return InvalidInputError([RowError(inp.source, row, column, None, "not_utf8",
+                                                   f"{column} is not UTF-8 text; write the file with UTF-8 strings")],
+                                         1)
+    sources = ", ".join(inp.source for inp in staged)
+    return StoreError(f"ingest of {sources} failed, nothing was written: {exc}")
+
+
+def _quoted(name: str) -> str:
+    """``name`` as a quoted SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _discard(path: Path) -> None:
+    """Remove a store file and its DuckDB write-ahead log."""
+    path.unlink(missing_ok=True)
+    Path(str(path) + ".wal").unlink(missing_ok=True)
 
 
 class Store:
@@ -182,29 +307,37 @@ class Store:
             reports = store.ingest_files(["day1.parquet"])
 
     Raises :class:`StoreError` when the file cannot be opened and :class:`StoreVersionError` when it
-    holds another schema version.
+    holds another schema version. A store file created by :meth:`open` and still empty when a ``with``
+    block leaves by an exception is removed again (a failed command leaves no store behind).
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, path: str) -> None:
         self.con = con
         self.path = path
         self._tmp = 0
+        self._created = False
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, create: bool = True, read_only: bool = False) -> Store:
         """Open (and with ``create``, initialise) the store at ``path``."""
         p = Path(path)
-        if not p.exists() and (read_only or not create):
+        created = not p.exists()
+        if created and (read_only or not create):
             raise StoreError(f"no store at {p}: create one with `llmslo ingest FILES --db {p}`")
         try:
             con = duckdb.connect(str(p), read_only=read_only)
         except duckdb.Error as exc:
+            if created:
+                _discard(p)
             raise StoreError(f"cannot open store {p}: {exc}") from None
         store = cls(con, str(p))
+        store._created = created
         try:
             store._check_or_init(create=create and not read_only)
         except BaseException:
             con.close()
+            if created:
+                _discard(p)
             raise
         return store
 
@@ -214,8 +347,21 @@ class Store:
     def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        """Close; when an exception leaves the block and :meth:`open` created the file, remove it (and its
+        ``.wal``) if it still holds no row in any table (an ingest that failed: nothing was committed)."""
+        discard = exc_type is not None and self._created and self._holds_nothing()
         self.close()
+        if discard:
+            _discard(Path(self.path))
+
+    def _holds_nothing(self) -> bool:
+        """True when no table but the metadata holds a row (False when that cannot be told)."""
+        try:
+            return all(int(self._one(f"SELECT count(*) FROM {_quoted(t)}")[0]) == 0
+                       for t in table_names(self.con) if t != META_TABLE)
+        except duckdb.Error:
+            return False
 
     def _check_or_init(self, *, create: bool) -> None:
         tables = table_names(self.con)
@@ -279,8 +425,9 @@ class Store:
 
     def _stage_frame(self, frame: pl.DataFrame | pa.Table, source: str) -> _Input:
         table = frame if isinstance(frame, pa.Table) else frame.to_arrow()  # a polars frame, not imported here
-        if ROW in table.column_names:
-            table = table.drop_columns([ROW])
+        reserved = reserved_column_errors(source, table.column_names)
+        if reserved:
+            raise InvalidInputError(reserved, table.num_rows)
         table = table.append_column(ROW, pa.array(np.arange(1, table.num_rows + 1, dtype=np.int64)))
         name = self._name()
         self.con.register(name, table)
@@ -289,43 +436,68 @@ class Store:
         return _Input(source, name, ROW, types, None, table.num_rows, None, [name])
 
     def _stage_file(self, path: Path) -> _Input:
+        """Make ``path`` readable as a table with row numbers; raises for a file that cannot be ingested at all.
+
+        :class:`StoreError` for a missing, empty or unreadable file; :class:`InvalidInputError` naming the
+        row for a line that is not UTF-8 (or not a JSON object), and for a column of a reserved name
+        (``RESERVED_COLUMNS``).
+        """
         if not path.is_file():
             raise StoreError(f"{path}: no such file")
         kind = _kind_of(path)
+        if path.stat().st_size == 0:
+            raise StoreError(f"{path}: the file is empty (0 bytes): nothing to ingest; leave it out")
+        try:
+            inp = self._read_file(path, kind)
+        except duckdb.Error as exc:
+            raise _unreadable(path, kind, exc) from None
+        reserved = reserved_column_errors(inp.source, inp.types)  # JSONL keys (the other kinds: _read_file)
+        if reserved:
+            self._drop(inp)
+            raise InvalidInputError(reserved, inp.n_rows)
+        if inp.n_rows == 0:
+            self._drop(inp)
+            what = {"csv": "a header without rows", "jsonl": "no JSON object", "parquet": "a schema without rows"}
+            raise StoreError(f"{path}: the file holds {what[kind]}: nothing to ingest; leave it out")
+        return inp
+
+    def _read_file(self, path: Path, kind: str) -> _Input:
+        """Stage one file of ``kind``; its ``types`` name every column of the file.
+
+        A Parquet or CSV column of a reserved name is refused here, before the row numbers (which would
+        collide with it) are added; JSONL keys are checked by the caller.
+        """
         name = self._name()
         lit = "'" + str(path).replace("'", "''") + "'"
-        try:
-            if kind == "parquet":
-                try:
-                    pq.read_metadata(path)
-                except (pa.ArrowInvalid, OSError) as exc:
-                    raise StoreError(f"{path}: not a readable Parquet file ({exc})") from None
-                src = f"read_parquet({lit}, file_row_number = true)"
-                types = self._describe(src)
-                types.pop("file_row_number", None)
-                return _Input(str(path), src, "(file_row_number + 1)", types, None, self._count(src), path)
-            if kind == "csv":
-                self.con.execute(
-                    f"CREATE TEMP TABLE {name} AS SELECT row_number() OVER () AS {ROW}, * "
-                    f"FROM read_csv({lit}, header = true, all_varchar = true, auto_detect = true)"
-                )
-                types = self._describe(name)
-                types.pop(ROW, None)
-                return _Input(str(path), name, ROW, types, None, self._count(name), path, [name])
-            self.con.execute(
-                f"CREATE TEMP TABLE {name} AS SELECT row_number() OVER () AS {ROW}, json AS __json "
-                f"FROM read_json_objects({lit}, format = 'newline_delimited')"
-            )
-        except duckdb.Error as exc:
-            if kind == "jsonl":
-                line, why = _first_bad_json_line(path)
-                raise InvalidInputError(
-                    [RowError(str(path), line, "-", None, "malformed_json", why)], 1
-                ) from None
-            raise StoreError(f"{path}: cannot read as {kind.upper()}: {exc}") from None
+        if kind == "parquet":
+            try:
+                pq.read_metadata(path)
+            except (pa.ArrowInvalid, OSError) as exc:
+                raise StoreError(f"{path}: not a readable Parquet file ({exc})") from None
+            plain = f"read_parquet({lit})"
+            types = self._describe(plain)
+            self._refuse_reserved(str(path), types, plain)
+            src = f"read_parquet({lit}, file_row_number = true)"
+            return _Input(str(path), src, "(file_row_number + 1)", types, None, self._count(src), path)
+        if kind == "csv":
+            csv_sql = f"read_csv({lit}, header = true, all_varchar = true, auto_detect = true)"
+            types = self._describe(csv_sql)
+            self._refuse_reserved(str(path), types, csv_sql)
+            self.con.execute(f"CREATE TEMP TABLE {name} AS SELECT row_number() OVER () AS {ROW}, * FROM {csv_sql}")
+            return _Input(str(path), name, ROW, types, None, self._count(name), path, [name])
+        self.con.execute(
+            f"CREATE TEMP TABLE {name} AS SELECT row_number() OVER () AS {ROW}, json AS __json "
+            f"FROM read_json_objects({lit}, format = 'newline_delimited')"
+        )
         keys = self.con.sql(f"SELECT DISTINCT unnest(json_keys(__json)) FROM {name}").fetchall()
         types = {str(k[0]): "JSON" for k in keys}
         return _Input(str(path), name, ROW, types, "__json", self._count(name), path, [name])
+
+    def _refuse_reserved(self, source: str, names: Iterable[str], source_sql: str) -> None:
+        """Raise :class:`InvalidInputError` when a column of ``source_sql`` has a reserved name."""
+        reserved = reserved_column_errors(source, names)
+        if reserved:
+            raise InvalidInputError(reserved, self._count(source_sql))
 
     def _drop(self, inp: _Input) -> None:
         for name in inp.cleanup:
@@ -500,7 +672,8 @@ class Store:
         return int(n) == int(distinct)
 
     def _stored_among(self, inp: _Input, plans: list[ColumnPlan], index: _IdIndex) -> str | None:
-        """Name of a temp table of the stored request_ids that the input holds too, None if there are none.
+        """Name of a temp table ``(request_id, ch)`` of the stored request_ids that the input holds too, with
+        the content hash of each stored row (:func:`_content_hash`); None if there are none.
 
         First the id ranges of the stored batches (:data:`ID_RANGE_TABLE`, a few rows): when none
         meets the input's range (ordered ids: time-based, sequential) nothing more is read. Else the
@@ -530,7 +703,7 @@ class Store:
         stored = self._name()
         inp.cleanup.append(stored)
         self.con.execute(
-            f"CREATE TEMP TABLE {stored} AS SELECT request_id FROM {SUMMARY_TABLE} "
+            f"CREATE TEMP TABLE {stored} AS SELECT request_id, {_content_hash()} AS ch FROM {SUMMARY_TABLE} "
             f"WHERE request_id BETWEEN $lo AND $hi AND hash(request_id) IN (SELECT h FROM {matched})",
             {"lo": lo, "hi": hi},
         )
@@ -597,6 +770,8 @@ class Store:
                         on_progress("validating", 0, total)
             checked = self._validate(staged, planned, skip_invalid)
             return self._load(checked, False, skip_invalid, on_progress, total)
+        except duckdb.Error as exc:  # not a broken rule: DuckDB could not read an input (or write the store)
+            raise _failed(staged, exc) from None
         finally:
             for inp in staged:
                 self._drop(inp)
@@ -643,11 +818,12 @@ class Store:
                 if c.inp.id_range == (None, None):
                     rid = _id_value(c.plans)
                     c.inp.id_range = self._one(f"SELECT min({rid}), max({rid}) FROM {c.inp.source_sql}")
-                inserted, already = self._insert(c, check_rows, index, on_progress, done, total)
+                inserted, already, conflicts = self._insert(c, check_rows, index, on_progress, done, total)
                 done += c.inp.n_rows
                 rejected_path = self._write_rejected(c.inp, c.errors, c.bad_rows) if skip_invalid else None
                 reports.append(IngestReport(
-                    c.inp.source, c.inp.n_rows, inserted, already, len(c.bad_rows), rejected_path, c.errors
+                    c.inp.source, c.inp.n_rows, inserted, already - conflicts[0], len(c.bad_rows), rejected_path,
+                    c.errors, conflicts[0], conflicts[1],
                 ))
             self.con.execute("COMMIT")
         except BaseException:
@@ -665,13 +841,15 @@ class Store:
         on_progress: ProgressCallback | None,
         done_before: int,
         total: int,
-    ) -> tuple[int, int]:
-        """Insert one input's valid rows whose id is not stored yet, in chunks; return (inserted, already stored).
+    ) -> tuple[int, int, tuple[int, tuple[str, ...]]]:
+        """Insert one input's valid rows whose id is not stored yet, in chunks.
 
-        The stored ids are looked up once, before the first chunk (:meth:`_stored_among`); when the
-        input holds none (the common case) the chunks are inserted without any per-row lookup. Then
-        the input's id range goes into :data:`ID_RANGE_TABLE` and, where the store keeps them, the
-        hashes of the inserted rows into :data:`ID_HASH_TABLE`.
+        Returns (inserted, skipped as stored, (conflicting, their first ids)); the skipped rows include
+        the conflicting ones. The stored ids are looked up once, before the first chunk
+        (:meth:`_stored_among`); when the input holds none (the common case) the chunks are inserted
+        without any per-row lookup, and nothing is compared. Then the input's id range goes into
+        :data:`ID_RANGE_TABLE` and, where the store keeps them, the hashes of the inserted rows into
+        :data:`ID_HASH_TABLE`.
         """
         inp, plans, bad_rows = c.inp, c.plans, c.bad_rows
         cols = ", ".join(COLUMN_NAMES)
@@ -717,7 +895,42 @@ class Store:
             lo, hi = inp.id_range
             self.con.execute(f"INSERT INTO {ID_RANGE_TABLE} VALUES (?, ?, ?)", [lo, hi, inserted])
         index.stored += inserted
-        return inserted, inp.n_rows - len(bad_rows) - inserted
+        conflicts = self._conflicts(inp, plans, already, bad_table) if already else (0, ())
+        return inserted, inp.n_rows - len(bad_rows) - inserted, conflicts
+
+    def _conflicts(
+        self, inp: _Input, plans: list[ColumnPlan], already: str, bad_table: str
+    ) -> tuple[int, tuple[str, ...]]:
+        """Rows of the input whose ``request_id`` is stored (``already``) with other content: their number
+        and the first :data:`CONFLICT_IDS_KEPT` ids, in input order.
+
+        Run only when the input holds stored ids, over those rows alone. First one scan of them: the sum of
+        their content hashes against the sum of the stored rows' (kept in ``already``); equal sums mean
+        identical content (a re-ingest; a changed row going unnoticed takes a 64-bit collision, and its
+        stored row is kept either way). Otherwise, or with rejected rows to leave out, the converted values
+        of each input row are compared column by column with the stored row, nulls equal to nulls.
+        """
+        values = ", ".join(f"{p.value} AS {p.column.name}" for p in plans)
+        if not bad_table:
+            same = self._one(
+                f"SELECT (SELECT sum(ch) FROM {already}) IS NOT DISTINCT FROM (SELECT sum({_content_hash()}) "
+                f"FROM (SELECT {values} FROM {inp.source_sql}) WHERE request_id IN (SELECT request_id FROM {already}))"
+            )[0]
+            if same:
+                return 0, ()
+        keep = f" AND n.__r NOT IN (SELECT r FROM {bad_table})" if bad_table else ""
+        differs = " OR ".join(f"n.{c} IS DISTINCT FROM s.{c}" for c in COLUMN_NAMES if c != "request_id")
+        lo, hi = inp.id_range
+        rows = self.con.execute(
+            f"SELECT count(*) OVER () AS n, n.request_id FROM (SELECT {inp.row_sql} AS __r, {values} "
+            f"FROM {inp.source_sql}) AS n "
+            f"JOIN (SELECT * FROM {SUMMARY_TABLE} WHERE request_id BETWEEN $lo AND $hi "
+            f"AND request_id IN (SELECT request_id FROM {already})) AS s ON s.request_id = n.request_id "
+            f"WHERE n.request_id IN (SELECT request_id FROM {already}){keep} AND ({differs}) "
+            f"ORDER BY n.__r LIMIT {CONFLICT_IDS_KEPT}",
+            {"lo": lo, "hi": hi},
+        ).fetchall()
+        return (int(rows[0][0]), tuple(str(r[1]) for r in rows)) if rows else (0, ())
 
 
 @contextmanager

@@ -10,13 +10,40 @@ same predicates serve the fast "is anything wrong?" pass and the detailed error 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from llmslo.telemetry import COLUMNS, COUNT_COLUMNS, INTERVAL_COLUMNS, RULES, Column, LlmsloError
 
 ROW = "__row"
 """Name of the 1-based row-number column carried through validation."""
+
+RESERVED_COLUMNS: tuple[str, ...] = ("__json", "__r", ROW, "file_row_number")
+"""Column names ingest uses internally while reading an input (row numbers, the JSONL object, the Parquet
+reader's ``file_row_number``): an input column of one of these names is refused, never read or dropped."""
+
+ARRIVAL_MIN_UNIX_S = 0.0
+"""Earliest accepted ``arrival_unix_s``: the Unix epoch, 1970-01-01T00:00:00Z, in seconds.
+
+A negative arrival is no wall-clock time. The bound is not later because importers write ``0`` for files
+that record no start times, and offsets from ``0`` for clocks that are not Unix time (their reports say so).
+"""
+ARRIVAL_MAX_AHEAD_S = 86_400.0
+"""Latest accepted ``arrival_unix_s``: this many seconds (one day) after the ingest's own clock.
+
+A day covers any clock skew between the server and the machine that ingests; anything later is no arrival
+yet (milliseconds or nanoseconds taken for seconds, or garbage such as 1.7e308, which overflows the
+window arithmetic of the report).
+"""
+INTERVAL_MAX_S = 30 * 86_400.0
+"""Largest accepted interval (``queue_s``, ``ttft_s``, ``e2e_s``, every ``*_s`` duration and each ``itl_s``
+gap), seconds: 30 days.
+
+No serving stack holds a request open that long (batch APIs complete within a day); a larger value is a unit
+mistake (nanoseconds taken for seconds) or garbage. The bound also keeps sums over many rows finite.
+"""
 
 
 @dataclass(frozen=True)
@@ -50,11 +77,14 @@ class InvalidInputError(LlmsloError):
         more = len(self.errors) - shown
         if more > 0:
             lines.append(f"... and {more} more problems")
-        head = (
-            f"{invalid_rows} invalid row(s); nothing was written. "
-            "Fix the rows, or pass --skip-invalid to load the valid rows and write the rejected ones "
-            "beside the input."
-        )
+        if self.errors and all(e.row is None for e in self.errors):  # --skip-invalid cannot help
+            head = "The input cannot be read as request summaries; nothing was written. Fix the file(s):"
+        else:
+            head = (
+                f"{invalid_rows} invalid row(s); nothing was written. "
+                "Fix the rows, or pass --skip-invalid to load the valid rows and write the rejected ones "
+                "beside the input."
+            )
         super().__init__(head + "\n" + "\n".join(lines))
 
 
@@ -71,13 +101,18 @@ class ColumnPlan:
     value: str
     bad_type: str | None
     shown: str
+    bad_message: str | None = None
+    """What a wrong type breaks, when more precise than "must be of type ..."."""
 
 
 _INT_TYPES = {
     "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT",
     "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT",
 }
+_WIDE_INT_TYPES = {"HUGEINT", "UBIGINT", "UHUGEINT"}
+"""Integer types with values a BIGINT cannot hold (read with ``TRY_CAST``, an out-of-range value is an error)."""
 _TARGET = {"str": "VARCHAR", "float": "DOUBLE", "int": "BIGINT", "float_list": "DOUBLE[]"}
+_INT_RANGE = "a whole number from -2^63 to 2^63 - 1"
 
 
 def _family(duck_type: str) -> str:
@@ -124,14 +159,22 @@ def _plan_json(col: Column, raw: str) -> ColumnPlan:
     else:
         value = f"CASE WHEN {jtype} = 'ARRAY' THEN TRY_CAST({raw} AS DOUBLE[]) END"
     bad = f"({raw} IS NOT NULL AND {jtype} <> 'NULL' AND ({value}) IS NULL)"
-    return ColumnPlan(col, value, bad, f"CAST({raw} AS VARCHAR)")
+    return ColumnPlan(col, value, bad, f"CAST({raw} AS VARCHAR)", _int_message(col))
 
 
-def _plan_typed(col: Column, raw: str, family: str) -> ColumnPlan:
+def _int_message(col: Column) -> str | None:
+    """The wrong-type message of an integer column (None for the others)."""
+    return f"{col.name} must be of type int ({_INT_RANGE})" if col.kind == "int" else None
+
+
+def _plan_typed(col: Column, raw: str, family: str, duck_type: str) -> ColumnPlan:
     target = _TARGET[col.kind]
     shown = f"CAST({raw} AS VARCHAR)"
     if family == "null":
         return ColumnPlan(col, f"CAST(NULL AS {target})", None, shown)
+    if col.kind == "int" and family == "int" and duck_type.upper() in _WIDE_INT_TYPES:
+        narrowed = f"TRY_CAST({raw} AS BIGINT)"
+        return ColumnPlan(col, narrowed, f"({raw} IS NOT NULL AND ({narrowed}) IS NULL)", shown, _int_message(col))
     compatible = {
         "str": {"text"},
         "float": {"int", "float"},
@@ -146,8 +189,8 @@ def _plan_typed(col: Column, raw: str, family: str) -> ColumnPlan:
     elif family == "text" and col.kind in ("float", "float_list"):
         value = f"TRY_CAST({raw} AS {target})"
     if value is None:  # e.g. a number where a string belongs, or a boolean anywhere
-        return ColumnPlan(col, f"CAST(NULL AS {target})", f"({raw} IS NOT NULL)", shown)
-    return ColumnPlan(col, value, f"({raw} IS NOT NULL AND ({value}) IS NULL)", shown)
+        return ColumnPlan(col, f"CAST(NULL AS {target})", f"({raw} IS NOT NULL)", shown, _int_message(col))
+    return ColumnPlan(col, value, f"({raw} IS NOT NULL AND ({value}) IS NULL)", shown, _int_message(col))
 
 
 def _plan_absent(col: Column) -> ColumnPlan:
@@ -174,7 +217,7 @@ def column_plan(
     names = {c.name for c in COLUMNS}
     problems: list[RowError] = []
     for name in source_types:
-        if name == ROW or name in names:
+        if name in names:
             continue
         near = difflib.get_close_matches(name, sorted(names), n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
@@ -195,8 +238,19 @@ def column_plan(
         elif json_column is not None:
             plans.append(_plan_json(col, f"({_q(json_column)} -> '$.{col.name}')"))
         else:
-            plans.append(_plan_typed(col, _q(col.name), _family(source_types[col.name])))
+            duck_type = source_types[col.name]
+            plans.append(_plan_typed(col, _q(col.name), _family(duck_type), duck_type))
     return plans, problems
+
+
+def reserved_column_errors(source: str, names: Iterable[str]) -> list[RowError]:
+    """A whole-input problem for each input column named like one of :data:`RESERVED_COLUMNS`."""
+    return [
+        RowError(source, None, name, None, "reserved_column",
+                 f"column {name!r} is a name llmslo uses internally while reading an input (not part of "
+                 "the request summary); rename or drop it")
+        for name in names if name in RESERVED_COLUMNS
+    ]
 
 
 @dataclass(frozen=True)
@@ -213,15 +267,50 @@ def _sql_list(values: Sequence[str]) -> str:
     return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
 
 
-def violation_conditions(plans: Sequence[ColumnPlan]) -> list[Condition]:
-    """Every per-row rule of the contract, in a stable order (duplicates are checked apart)."""
+def _utc(unix_s: float) -> str:
+    return datetime.fromtimestamp(unix_s, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _range_conditions(col: Column, latest_arrival_unix_s: float) -> list[Condition]:
+    """The plausibility bounds of a column (:data:`ARRIVAL_MIN_UNIX_S`, :data:`INTERVAL_MAX_S`); finite
+    values only (a non-finite one breaks ``non_finite`` already)."""
+    name = _q(col.name)
+    if col.name == "arrival_unix_s":
+        return [Condition(
+            "implausible_arrival", col.name,
+            f"isfinite({name}) AND ({name} < {ARRIVAL_MIN_UNIX_S!r} OR {name} > {latest_arrival_unix_s!r})",
+            f"{col.name} must be wall-clock Unix seconds from {ARRIVAL_MIN_UNIX_S:g} ({_utc(ARRIVAL_MIN_UNIX_S)}) "
+            f"to one day after now ({_utc(latest_arrival_unix_s)}); is it in milliseconds or nanoseconds?",
+        )]
+    if col.name not in INTERVAL_COLUMNS:
+        return []
+    message = (f"{col.name} must be at most {INTERVAL_MAX_S:,.0f} s (30 days); "
+               "is it in milliseconds or nanoseconds?")
+    if col.kind == "float":
+        return [Condition("interval_too_long", col.name, f"isfinite({name}) AND {name} > {INTERVAL_MAX_S!r}",
+                          message)]
+    if col.kind == "float_list":
+        return [Condition(
+            "interval_too_long", col.name,
+            f"len(list_filter({name}, lambda g: isfinite(g) AND g > {INTERVAL_MAX_S!r})) > 0",
+            message.replace(f"{col.name} must", f"every {col.name} gap must"),
+        )]
+    return []
+
+
+def violation_conditions(plans: Sequence[ColumnPlan], *, now_unix_s: float | None = None) -> list[Condition]:
+    """Every per-row rule of the contract, in a stable order (duplicates are checked apart).
+
+    ``now_unix_s`` (default: the clock) places the latest plausible arrival (:data:`ARRIVAL_MAX_AHEAD_S`).
+    """
+    latest_arrival = (time.time() if now_unix_s is None else now_unix_s) + ARRIVAL_MAX_AHEAD_S
     out: list[Condition] = []
     for plan in plans:
         col = plan.column
         name = _q(col.name)
         bad = f"__bad_{col.name}" if plan.bad_type is not None else None
         if bad is not None:
-            out.append(Condition("type", col.name, bad, f"{col.name} must be of type {col.kind}"))
+            out.append(Condition("type", col.name, bad, plan.bad_message or f"{col.name} must be of type {col.kind}"))
         if not col.nullable:
             present = f"{name} IS NULL" + (f" AND NOT {bad}" if bad else "")
             out.append(Condition("null", col.name, present, f"{col.name} must not be null"))
@@ -243,6 +332,7 @@ def violation_conditions(plans: Sequence[ColumnPlan]) -> list[Condition]:
             ))
         if (col.name in INTERVAL_COLUMNS and col.kind == "float") or col.name in COUNT_COLUMNS:
             out.append(Condition("negative", col.name, f"{name} < 0", f"{col.name} must be >= 0"))
+        out.extend(_range_conditions(col, latest_arrival))
     for rule in RULES:
         out.append(Condition(rule.name, rule.column, rule.sql, rule.message))
     return out

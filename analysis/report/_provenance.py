@@ -1,0 +1,226 @@
+"""What the stored rows can support: imports without arrival times, and arrival times a report can place.
+
+:func:`arrivalless_imports` reads the provenance that ``llmslo import`` recorded
+(:data:`~llmslo.analysis.store.IMPORTS_TABLE`, and the ``import:<file name>`` metadata keys of older
+stores) and returns the imports whose rows carry no real arrival times, keyed by the part of
+``request_id`` before ``#`` that their rows share, each with the run duration the source recorded
+(seconds) or the reason there is none. :func:`stored_arrival_range` checks that every stored
+``arrival_unix_s`` is a time a report can place (Unix seconds, 1970 to the year 9999), and
+:func:`check_window_count` that a window length gives a number of windows a report can hold.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from llmslo.analysis.store import IMPORTS_TABLE, META_TABLE, SUMMARY_TABLE, table_names
+from llmslo.telemetry import ConfigurationError, LlmsloError, format_duration
+
+__all__ = [
+    "ARRIVAL_MAX_UNIX_S",
+    "ARRIVAL_MIN_UNIX_S",
+    "LEGACY_IMPORT_REASON",
+    "MAX_WINDOWS",
+    "ArrivallessImport",
+    "ReportDataError",
+    "arrivalless_imports",
+    "check_window_count",
+    "id_prefix_sql",
+    "stored_arrival_range",
+]
+
+ARRIVAL_MIN_UNIX_S = 0.0
+"""The earliest arrival time a report places: 1970-01-01 00:00:00 UTC (Unix seconds)."""
+ARRIVAL_MAX_UNIX_S = 253_402_300_799.0
+"""The latest: 9999-12-31 23:59:59 UTC (Unix seconds), the last second a calendar date can show."""
+MAX_WINDOWS = 100_000
+"""The most time windows one report (or one series of an anomaly scan) holds."""
+LEGACY_IMPORT_REASON = "imported before run durations were recorded; re-import"
+"""Why an arrival-less import written by an older llmslo has no per-second rates."""
+
+
+class ReportDataError(LlmsloError):
+    """The stored rows hold values a report cannot use; the message names the rows and the fix."""
+
+
+@dataclass(frozen=True)
+class ArrivallessImport:
+    """The rows of one or more imported files that carry no arrival times, and what their rates divide by.
+
+    ``prefix`` is the part of ``request_id`` before ``#`` of their rows; ``files`` the file names;
+    ``run_duration_s`` the run's duration as the source recorded it (seconds), None when unknown, and then
+    ``problem`` says why (older import, none recorded, or files that disagree).
+    """
+
+    prefix: str
+    files: tuple[str, ...]
+    run_duration_s: float | None
+    problem: str | None
+
+
+def id_prefix_sql(column: str = "request_id") -> str:
+    """SQL of the part of ``column`` before the first ``#``: what joins a row to its import."""
+    return f"split_part({column}, '#', 1)"
+
+
+@dataclass
+class _Record:
+    """One provenance record of an import without arrival times (new or older layout)."""
+
+    prefix: str
+    file: str
+    arrivals: bool
+    duration_s: float | None
+    note: str | None
+    legacy: bool
+
+
+def _columns(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
+    rows = con.sql("SELECT column_name FROM duckdb_columns() WHERE table_name = ?", params=[table]).fetchall()
+    return {str(r[0]) for r in rows}
+
+
+def _records(con: duckdb.DuckDBPyConnection) -> list[_Record]:
+    """Every provenance record (with and without arrivals), from the imports table and older metadata."""
+    out: list[_Record] = []
+    tables = table_names(con)
+    if IMPORTS_TABLE in tables:
+        if "id_prefix" in _columns(con, IMPORTS_TABLE):
+            for prefix, source, arrivals, duration, note in con.sql(
+                f"SELECT id_prefix, source, arrivals_available, run_duration_s, run_duration_note "
+                f"FROM {IMPORTS_TABLE} ORDER BY source"
+            ).fetchall():
+                name = Path(str(source)).name
+                if prefix is None:  # recorded before the column existed: rows named "<file name>#<index>"
+                    out.append(_Record(name.split("#", 1)[0], name, bool(arrivals), None, None, legacy=True))
+                elif prefix != "":  # "": the import wrote no request summaries
+                    out.append(_Record(str(prefix), name, bool(arrivals), None if duration is None else float(duration),
+                                       None if note is None else str(note), legacy=False))
+        else:  # before id_prefix: rows are named "<file name>#<index>"
+            for source, arrivals in con.sql(
+                f"SELECT source, arrivals_available FROM {IMPORTS_TABLE} ORDER BY source"
+            ).fetchall():
+                name = Path(str(source)).name
+                out.append(_Record(name.split("#", 1)[0], name, bool(arrivals), None, None, legacy=True))
+    if META_TABLE in tables:
+        for key, value in con.sql(
+            f"SELECT key, value FROM {META_TABLE} WHERE key LIKE 'import:%' ORDER BY key"
+        ).fetchall():
+            try:
+                meta = json.loads(value)
+            except json.JSONDecodeError:
+                continue
+            name = str(key).removeprefix("import:")
+            arrivals = not (isinstance(meta, dict) and meta.get("arrivals_available") is False)
+            out.append(_Record(name.split("#", 1)[0], name, arrivals, None, None, legacy=True))
+    return out
+
+
+def _resolve(prefix: str, records: list[_Record]) -> ArrivallessImport:
+    """One prefix's records (at least one without arrivals) as one :class:`ArrivallessImport`."""
+    files = tuple(sorted({r.file for r in records}))
+    shown = ", ".join(files)
+    if any(r.arrivals for r in records):
+        return ArrivallessImport(prefix, files, None,
+                                 f"imported files with request ids {prefix}#… ({shown}) disagree on whether "
+                                 "they carry arrival times")
+    if any(r.legacy for r in records):
+        return ArrivallessImport(prefix, files, None, f"{shown}: {LEGACY_IMPORT_REASON}")
+    durations = {r.duration_s for r in records}
+    if None in durations:
+        notes = sorted({r.note for r in records if r.duration_s is None and r.note})
+        why = f" ({'; '.join(notes)})" if notes else ""
+        return ArrivallessImport(prefix, files, None, f"{shown}: no run duration{why}")
+    if len(durations) > 1 or not all(d is not None and math.isfinite(d) and d > 0 for d in durations):
+        found = ", ".join(format_duration(d) if d is not None and math.isfinite(d) and d >= 0 else repr(d)
+                          for d in sorted(durations, key=lambda d: -1.0 if d is None else d))
+        return ArrivallessImport(prefix, files, None,
+                                 f"{shown}: the recorded run durations ({found}) are not one positive duration")
+    (duration,) = durations
+    return ArrivallessImport(prefix, files, duration, None)
+
+
+def arrivalless_imports(con: duckdb.DuckDBPyConnection) -> dict[str, ArrivallessImport]:
+    """The imports whose rows carry no arrival times, keyed by their rows' ``request_id`` prefix.
+
+    Empty for a store without imports, or whose imports all recorded arrival times (then the rows need
+    no join with the provenance at all).
+    """
+    by_prefix: dict[str, list[_Record]] = {}
+    for r in _records(con):
+        by_prefix.setdefault(r.prefix, []).append(r)
+    return {prefix: _resolve(prefix, records) for prefix, records in sorted(by_prefix.items())
+            if any(not r.arrivals for r in records)}
+
+
+def stored_arrival_range(con: duckdb.DuckDBPyConnection) -> tuple[float, float] | None:
+    """``(first, last)`` stored ``arrival_unix_s`` (Unix seconds), None without rows.
+
+    Raises :class:`ReportDataError`, naming up to three rows, when an arrival time is not a finite number
+    between :data:`ARRIVAL_MIN_UNIX_S` and :data:`ARRIVAL_MAX_UNIX_S`: no window, span or calendar date
+    can be computed from it.
+    """
+    bad = (f"(NOT isfinite(arrival_unix_s) OR arrival_unix_s < {ARRIVAL_MIN_UNIX_S!r} "
+           f"OR arrival_unix_s > {ARRIVAL_MAX_UNIX_S!r})")
+    lo, hi, n_bad = con.sql(
+        f"SELECT min(arrival_unix_s), max(arrival_unix_s), count_if({bad}) FROM {SUMMARY_TABLE}"
+    ).fetchall()[0]
+    if n_bad:
+        examples = con.sql(
+            f"SELECT request_id, arrival_unix_s FROM {SUMMARY_TABLE} WHERE {bad} "
+            "ORDER BY request_id LIMIT 3"
+        ).fetchall()
+        shown = ", ".join(f"{rid!r} ({float(t)!r})" for rid, t in examples)
+        raise ReportDataError(
+            f"{SUMMARY_TABLE}.arrival_unix_s: {n_bad:,} row(s) hold an arrival time that is not Unix seconds "
+            f"between {ARRIVAL_MIN_UNIX_S:.0f} (1970) and {ARRIVAL_MAX_UNIX_S:.0f} (the year 9999), e.g. "
+            f"{shown}; delete those rows (DELETE FROM {SUMMARY_TABLE} WHERE request_id IN (...)) or re-ingest "
+            "their source with correct arrival times"
+        )
+    if lo is None or hi is None:
+        return None
+    return float(lo), float(hi)
+
+
+def check_window_count(
+    con: duckdb.DuckDBPyConnection,
+    window_s: float,
+    arrivals: tuple[float, float] | None,
+    *,
+    until_unix_s: float | None = None,
+    option: str = "--window",
+) -> int:
+    """How many ``window_s`` windows (aligned to multiples of it in Unix time) hold a stored arrival (one
+    at or before ``until_unix_s``, when given).
+
+    Cheap when the arrival range ``arrivals`` (Unix seconds, from :func:`stored_arrival_range`) spans at
+    most :data:`MAX_WINDOWS` windows (returns that bound); otherwise the windows that hold a row are
+    counted. Raises :class:`ConfigurationError` naming ``option`` and the count when they exceed
+    :data:`MAX_WINDOWS`.
+    """
+    if arrivals is None:
+        return 0
+    lo, hi = arrivals
+    if until_unix_s is not None:
+        if until_unix_s < lo:
+            return 0
+        hi = min(hi, until_unix_s)
+    spanned = math.floor(hi / window_s) - math.floor(lo / window_s) + 1
+    if spanned <= MAX_WINDOWS:
+        return spanned
+    where = "" if until_unix_s is None else f" WHERE arrival_unix_s <= CAST('{until_unix_s!r}' AS DOUBLE)"
+    (held,) = con.sql(
+        f"SELECT count(DISTINCT floor(arrival_unix_s / CAST('{window_s!r}' AS DOUBLE))) FROM {SUMMARY_TABLE}{where}"
+    ).fetchall()[0]
+    if int(held) > MAX_WINDOWS:
+        raise ConfigurationError(
+            f"{option} {format_duration(window_s)} gives {int(held):,} windows over the stored arrivals "
+            f"({format_duration(hi - lo)} from first to last), more than the {MAX_WINDOWS:,} a report holds: "
+            f"choose a longer {option}"
+        )
+    return int(held)
