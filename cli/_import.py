@@ -31,6 +31,40 @@ def template(sentence: str) -> tuple[str, list[int]]:
     return COUNT.sub("{}", sentence.replace("{", "{{").replace("}", "}}")), counts
 
 
+QUOTED = re.compile(r"'[^']*'")
+"""A quoted value in a report sentence (a model name, a field's value)."""
+SHOWN_VALUES = 3
+"""How many of the values of sentences that differ in one quoted value are printed (the rest are counted)."""
+
+
+def _merge_quoted(facts: list[tuple[str, str, list[str]]]) -> list[tuple[str, str, list[str]]]:
+    """Sentences of one heading that differ only in their one quoted value (``model = 'x' (from the file
+    name ...)`` for every file) become one sentence listing the values, first met first."""
+    merged: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
+    order: list[tuple[str, str]] = []
+    for heading, sentence, sources in facts:
+        quoted = QUOTED.findall(sentence)
+        key = (heading, QUOTED.sub("{}", sentence.replace("{", "{{").replace("}", "}}"))) if len(quoted) == 1 \
+            else (heading, "\0" + sentence)
+        if key not in merged:
+            merged[key] = ([], [])
+            order.append(key)
+        values, where = merged[key]
+        values.extend(v for v in quoted if v not in values)
+        where.extend(sources)
+    out: list[tuple[str, str, list[str]]] = []
+    for key in order:
+        (heading, form), (values, sources) = key, merged[key]
+        if form.startswith("\0"):
+            out.append((heading, form[1:], sources))
+            continue
+        listed = ", ".join(values[:SHOWN_VALUES])
+        if len(values) > SHOWN_VALUES:
+            listed += f" and {len(values) - SHOWN_VALUES} more"
+        out.append((heading, form.format(listed), sources))
+    return out
+
+
 HEADINGS = ("conversions", "not in the file", "arrivals", "run duration")
 """The parts of the printed import report, in order."""
 
@@ -66,8 +100,8 @@ def group_facts(rows: list[dict[str, Any]]) -> list[tuple[str, str, list[str]]]:
             sources.append(row["source"])
     order = {heading: i for i, heading in enumerate(HEADINGS)}
     ordered = sorted(groups.items(), key=lambda item: order[item[0][0]])  # stable: first met within a heading
-    return [(heading, key.format(*(f"{n:,}" for n in totals)), sources)
-            for (heading, key), (totals, sources) in ordered]
+    return _merge_quoted([(heading, key.format(*(f"{n:,}" for n in totals)), sources)
+                          for (heading, key), (totals, sources) in ordered])
 
 
 def _print(result: ImportResult, db: Path) -> None:
@@ -102,13 +136,17 @@ def _print(result: ImportResult, db: Path) -> None:
     for f in result.files:
         if f.ingest is not None and (note := f.ingest.conflict_note()):
             _err().print("[yellow]warning:[/yellow] " + shown(note), highlight=False, soft_wrap=True)
-    no_arrivals = [r["source"] for r in rows if not r["arrivals_available"]]
+    no_arrivals = [Path(r["source"]).name for r in rows if not r["arrivals_available"]]
     if no_arrivals:
+        named = ", ".join(no_arrivals[:SHOWN_VALUES])
+        if len(no_arrivals) > SHOWN_VALUES:
+            named += f" and {len(no_arrivals) - SHOWN_VALUES} more"
         _err().print(
             "[yellow]warning:[/yellow] " + shown(
-                f"no request start times in {', '.join(no_arrivals)}: `llmslo report` windows, per-second rates "
-                "(request and token goodput per second) and in-flight counts from these rows are meaningless; "
-                "goodput fractions, counts and latency quantiles are sound."), highlight=False, soft_wrap=True)
+                f"no request start times in {named}: `llmslo report` cannot place these rows in windows and "
+                "gives their per-second rates only from the run duration a file records (else null, with the "
+                "reason); goodput fractions, counts and latency quantiles are sound."),
+            highlight=False, soft_wrap=True)
     if total is not None:
         out.print(shown(f"\nstore {db}: {total:,} request summaries (report them: llmslo report --db {db} "
                         "--by model,finish_reason)", newlines=True), highlight=False)

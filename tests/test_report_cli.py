@@ -61,5 +61,5 @@ def test_the_table_says_why_rates_are_null(tmp_path: Path) -> None:
     out = _report(db)
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())  # the console wraps long lines
-    assert "rates: 1 group(s) (all requests): rows from imports without arrival times: [bold]x.json: no run " \
-           "duration (none recorded)" in text
+    assert "rates: 1 group(s) (all requests): rows from imports without arrival times: no run " \
+           "duration (none recorded) (files: [bold]x.json)" in text

@@ -286,6 +286,18 @@ def test_real_llmperf_files_record_no_duration_and_get_null_rates_with_the_reaso
     (g,) = rep["groups"]
     assert g["attempted"] == sum(f.report.rows_imported for f in result.files)
     assert g["request_goodput_per_s"] is None and g["tokens"]["sent_tokens_per_s"] is None
-    assert "groq_70b.json: no run duration" in g["rate_basis"]["note"]
+    assert g["rate_basis"]["note"].startswith("rows from imports without arrival times: no run duration")
+    assert "groq_70b.json" in g["rate_basis"]["note"]
+    by_model = build_report_of(tmp_path / "s.duckdb", ("model",))
+    (said,) = by_model["rate_basis"]["exceptions"]  # two groups, one reason: said once, with its files
+    assert said.startswith("2 group(s) (model=anyscale_70b; model=groq_70b): rows from imports without "
+                           "arrival times: no run duration"), said
+    assert said.endswith("(files: anyscale_70b.json, groq_70b.json)"), said
     assert g["goodput_fraction"] is not None and g["latency"]["ttft_s"]["p50"] is not None
     assert all(w["request_goodput_per_s"] is None for w in windowed["groups"])
+
+
+def build_report_of(db: Path, keys: tuple[str, ...]) -> dict[str, Any]:
+    """The report's JSON of the store at ``db``, grouped by ``keys``."""
+    with Store.open(db, read_only=True) as store:
+        return build_report(store.con, ReportSpec(GoodputPolicy(), keys)).to_dict()

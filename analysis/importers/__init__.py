@@ -31,8 +31,9 @@ Mapping (the same for every tool):
   file's recorded version or ``unknown``; ``tenant_class`` = the load level the file records
   (``request_rate=inf``, ``concurrency=10``) or ``benchmark``.
 - Arrival times come from the tool's own start times. A file without them (LLMPerf) gets
-  ``arrival_unix_s = 0`` on every row and ``arrivals_available = False``: windows and per-second rates
-  from it are meaningless, and the import report and the command line say so.
+  ``arrival_unix_s = 0`` on every row and ``arrivals_available = False``: the report places its rows in
+  no window and takes their per-second rates from the run duration the file records (null without one),
+  and the import report and the command line say so.
 
 One module per tool (``_vllm_bench``, ``_llmperf``, ``_genai_perf``, ``_guidellm``; traces in ``_traces``),
 listed in one explicit registry table; :func:`import_files` is the whole workflow of ``llmslo import``.

@@ -514,9 +514,10 @@ def stop_note(builder: RowBuilder, tool: str, what: str) -> str | None:
 
 
 NO_ARRIVALS_NOTE = (
-    "The file records no request start times: arrival_unix_s = 0 for every row. Windows, per-second rates "
-    "(request/token goodput per second, throughput) and in-flight counts computed from these rows are "
-    "meaningless; counts, fractions and latency quantiles are not affected."
+    "The file records no request start times: arrival_unix_s = 0 for every row. The report places these rows "
+    "in no window and divides their per-second rates (request/token goodput per second, throughput) by the "
+    "run duration the file records, or gives them as null; counts, fractions and latency quantiles are not "
+    "affected."
 )
 
 GENERIC_STEMS = frozenset({"profile_export", "benchmarks", "benchmark", "results", "result", "report", "output"})

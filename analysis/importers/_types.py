@@ -52,7 +52,8 @@ class ImportReport:
     are sentences, each saying what was converted, how and for how many requests. ``missing_fields``
     names what the file does not record (and so what no figure from it can show).
     ``arrivals_available`` is false when the file has no request start times: every row then carries
-    the same ``arrival_unix_s`` and windows and per-second rates from it are meaningless;
+    the same ``arrival_unix_s``, and windows and per-second rates cannot come from it (the report uses
+    ``run_duration_s`` for rates, or gives null);
     ``arrival_note`` says which representation was used. ``finish_reasons`` counts rows per finish
     reason. ``id_prefix`` is the part before ``#`` of every ``request_id`` the import wrote (the first 16
     hex digits of the SHA-256 of the file's bytes; empty for imports that write no request summaries).

@@ -169,11 +169,17 @@ class Tokens:
 @dataclass(frozen=True)
 class GroupRateBasis:
     """What one group's per-second rates divide by: ``seconds`` of the ``kind`` (None when the rates are
-    null), with a ``note`` saying why whenever it is not the window or the span of the data."""
+    null), with a ``note`` saying why whenever it is not the window or the span of the data.
+
+    ``reason`` is the note without the names of the ``files`` it concerns (default: the note itself): groups
+    that share a reason are said once in the report's :attr:`RateBasis.exceptions`.
+    """
 
     kind: RateKind
     seconds: float | None
     note: str | None = None
+    reason: str | None = None
+    files: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "seconds": self.seconds, "note": self.note}

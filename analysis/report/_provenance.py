@@ -54,7 +54,7 @@ class ArrivallessImport:
 
     ``prefix`` is the part of ``request_id`` before ``#`` of their rows; ``files`` the file names;
     ``run_duration_s`` the run's duration as the source recorded it (seconds), None when unknown, and then
-    ``problem`` says why (older import, none recorded, or files that disagree).
+    ``problem`` says why (older import, none recorded, or files that disagree), without naming the files.
     """
 
     prefix: str
@@ -124,23 +124,22 @@ def _records(con: duckdb.DuckDBPyConnection) -> list[_Record]:
 def _resolve(prefix: str, records: list[_Record]) -> ArrivallessImport:
     """One prefix's records (at least one without arrivals) as one :class:`ArrivallessImport`."""
     files = tuple(sorted({r.file for r in records}))
-    shown = ", ".join(files)
     if any(r.arrivals for r in records):
         return ArrivallessImport(prefix, files, None,
-                                 f"imported files with request ids {prefix}#… ({shown}) disagree on whether "
+                                 f"imported files with request ids {prefix}#… disagree on whether "
                                  "they carry arrival times")
     if any(r.legacy for r in records):
-        return ArrivallessImport(prefix, files, None, f"{shown}: {LEGACY_IMPORT_REASON}")
+        return ArrivallessImport(prefix, files, None, LEGACY_IMPORT_REASON)
     durations = {r.duration_s for r in records}
     if None in durations:
         notes = sorted({r.note for r in records if r.duration_s is None and r.note})
         why = f" ({'; '.join(notes)})" if notes else ""
-        return ArrivallessImport(prefix, files, None, f"{shown}: no run duration{why}")
+        return ArrivallessImport(prefix, files, None, f"no run duration{why}")
     if len(durations) > 1 or not all(d is not None and math.isfinite(d) and d > 0 for d in durations):
         found = ", ".join(format_duration(d) if d is not None and math.isfinite(d) and d >= 0 else repr(d)
                           for d in sorted(durations, key=lambda d: -1.0 if d is None else d))
         return ArrivallessImport(prefix, files, None,
-                                 f"{shown}: the recorded run durations ({found}) are not one positive duration")
+                                 f"the recorded run durations ({found}) are not one positive duration")
     (duration,) = durations
     return ArrivallessImport(prefix, files, duration, None)
 

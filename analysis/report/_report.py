@@ -224,10 +224,12 @@ def _group_rate(
     if n_none < attempted:
         return GroupRateBasis("none", None, f"the group mixes {attempted - n_none:,} row(s) with arrival times "
                               f"and {n_none:,} from imports without them ({_files(mine)}): no common time base")
-    problems = [i.problem for i in mine if i.problem is not None]
+    problems = sorted({i.problem for i in mine if i.problem is not None})
     if problems:
         shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
-        return GroupRateBasis("none", None, f"rows from imports without arrival times: {shown}")
+        files = tuple(sorted({f for i in mine if i.problem is not None for f in i.files}))
+        reason = f"rows from imports without arrival times: {shown}"
+        return GroupRateBasis("none", None, f"{reason} ({_files(mine)})", reason, files)
     total = math.fsum(i.run_duration_s for i in mine if i.run_duration_s is not None)
     return GroupRateBasis("run_duration", total,
                           f"rows from imports without arrival times ({_files(mine)}): per-second rates divide "
@@ -239,16 +241,21 @@ def _label(keys: Mapping[str, Any]) -> str:
 
 
 def _rate_exceptions(groups: Sequence[Group]) -> tuple[str, ...]:
-    """One sentence per distinct group note: which groups (up to three named) and the note."""
-    by_note: dict[str, list[Group]] = {}
+    """One sentence per distinct reason: which groups (up to three named), the reason and its files."""
+    by_reason: dict[str, list[Group]] = {}
     for g in groups:
-        if g.rate_basis.note is not None:
-            by_note.setdefault(g.rate_basis.note, []).append(g)
+        basis = g.rate_basis
+        if basis.note is not None:
+            by_reason.setdefault(basis.reason or basis.note, []).append(g)
     out: list[str] = []
-    for note, items in by_note.items():
+    for reason, items in by_reason.items():
         named = "; ".join(_label(g.keys) for g in items[:3])
         more = f" and {len(items) - 3} more" if len(items) > 3 else ""
-        out.append(f"{len(items)} group(s) ({named}{more}): {note}")
+        files = sorted({f for g in items for f in g.rate_basis.files})
+        where = ""
+        if files:
+            where = f" (files: {', '.join(files[:5])}" + (f" and {len(files) - 5} more)" if len(files) > 5 else ")")
+        out.append(f"{len(items)} group(s) ({named}{more}): {reason}{where}")
     return tuple(out)
 
 

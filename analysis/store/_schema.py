@@ -76,7 +76,8 @@ def imports_ddl(table: str = IMPORTS_TABLE) -> str:
 
     ``content_sha256`` is the SHA-256 of the file's bytes (hex), so the same file imported again, under any
     name, replaces its record; ``arrivals_available`` is false when the file records no request start times
-    (windows and per-second rates from its rows are meaningless); ``conversions`` are the sentences of the
+    (its rows fit no window, and their per-second rates come from ``run_duration_s`` or are null);
+    ``conversions`` are the sentences of the
     import report; ``imported_unix_s`` is the wall-clock time of the import. ``id_prefix`` is the part before
     ``#`` of every ``request_id`` the import wrote (join rows to their import on
     ``split_part(request_id, '#', 1) = id_prefix``); ``run_duration_s`` is the run's duration in seconds as
