@@ -263,14 +263,19 @@ def operational_rules(model: Model, alert: OperationalAlert) -> list[Rule]:
                 f" / ({_sum_rate(requests.name, t_sel, window)} > 0) > {number(r.threshold)}")
         return [make(expr, r.severity, r.for_s, f"more than {_pct(r.threshold)} of requests rejected",
                      f"Over {window}, more than {_pct(r.threshold)} of requests were rejected for "
-                     f"{' or '.join(r.reasons)} (HTTP 429), for {prometheus_duration(r.for_s)}.")]
+                     f"{' or '.join(r.reasons)}, for {prometheus_duration(r.for_s)}; {rejected.name} by "
+                     f"reject_reason says which.")]
     if alert.kind == "breaker_open" and op.breaker_open is not None:
         b = op.breaker_open
         breaker, b_sel = _op(spec, "breaker_state")
-        expr = f"{selector(breaker.name, [*b_sel, ('state', '=', 'open')])} == 1"
+        # Not closed, rather than open: a breaker whose probes keep failing cycles open -> half_open -> open,
+        # and a condition on the open series alone restarts its `for` at every probe, so it never fires.
+        tripped = selector(breaker.name, [*b_sel, one_of("state", ("open", "half_open"))])
+        expr = f"max without (state) ({tripped}) == 1"
         return [make(expr, b.severity, b.for_s, "circuit breaker open",
-                     f"A circuit breaker has been open for {prometheus_duration(b.for_s)}: requests on its route "
-                     f"are refused (circuit_open) until probes succeed.")]
+                     f"A circuit breaker has been open or half-open (its probes failing) for "
+                     f"{prometheus_duration(b.for_s)}: requests on its route are refused (circuit_open) "
+                     f"until probes succeed.")]
     if alert.kind == "drain_too_long" and op.drain_too_long is not None:
         d = op.drain_too_long
         draining, d_sel = _op(spec, "draining")

@@ -493,18 +493,47 @@ def _rejections_proof(model: Model, alert: OperationalAlert, rule: Rule, clock: 
                   "recovery resets", clock, series, checks)
 
 
+def _probe_period(clock: _Clock) -> int:
+    """Samples per open/half-open cycle of a failing breaker in its proof: at least 3, and prime to the number
+    of samples per evaluation, so the evaluations see every phase of the cycle (the half-open probe too)."""
+    per_eval = max(1, clock.eval_s // clock.interval_s)
+    period = 3
+    while math.gcd(period, per_eval) != 1:
+        period += 1
+    return period
+
+
+def _breaker_proof(model: Model, alert: OperationalAlert, rule: Rule, clock: _Clock) -> Proof:
+    """A breaker open for ``for`` fires; so does one cycling open -> half-open (failed probe) -> open for
+    ``for``, which never stays open that long; a closed breaker is silent."""
+    b = model.spec.operational.breaker_open
+    assert b is not None
+    hold = b.for_s + clock.slack_s + 120
+    steps, (_, opened, closed, flapping, recovered, _) = clock.starts([600, hold, 600, hold, 600])
+    period = _probe_period(clock)
+    cycle = ["open"] * (period - 1) + ["half_open"]
+    states = (["closed"] * (steps[0] + 1) + ["open"] * steps[1] + ["closed"] * steps[2]
+              + [cycle[i % period] for i in range(steps[3])] + ["closed"] * steps[4])
+    base = _target(model, "breaker_state", ("breaker", "=", "upstream-a"))
+    series = [(_series_of("breaker_state", [*base, ("state", "=", st)]), [1 if x == st else 0 for x in states])
+              for st in ("closed", "half_open", "open")]
+    name = alert.name
+    firing = (_labels(base, rule.labels),)
+    checks = [Check(name, clock.at(opened - 1)), Check(name, clock.after(opened + b.for_s), firing),
+              Check(name, clock.after(closed)), Check(name, clock.at(flapping - 1)),
+              Check(name, clock.after(flapping + b.for_s), firing), Check(name, clock.after(recovered))]
+    for start in (opened, flapping):
+        if clock.before(start + b.for_s) > start:
+            checks.append(Check(name, clock.before(start + b.for_s)))
+    return _proof(f"{name}: a breaker open, or cycling open and half-open (probes failing), for "
+                  f"{prometheus_duration(b.for_s)} fires; closing resets", clock, series, checks)
+
+
 def _state_proof(model: Model, alert: OperationalAlert, rule: Rule, clock: _Clock) -> Proof:
-    """Breaker open, drain too long, GPU memory: a gauge condition held for ``for``, then cleared."""
+    """Drain too long, GPU memory: a gauge condition held for ``for``, then cleared."""
     op = model.spec.operational
     series_values: list[tuple[str, tuple[Value, Value]]]
-    if alert.kind == "breaker_open" and op.breaker_open is not None:
-        hold_for = op.breaker_open.for_s
-        base = _target(model, "breaker_state", ("breaker", "=", "upstream-a"))
-        series_values = [(_series_of("breaker_state", [*base, ("state", "=", st)]), (normal, tripped))
-                         for st, normal, tripped in (("closed", 1, 0), ("half_open", 0, 0), ("open", 0, 1))]
-        fired = [*base, ("state", "=", "open")]
-        what = "a breaker open"
-    elif alert.kind == "drain_too_long" and op.drain_too_long is not None:
+    if alert.kind == "drain_too_long" and op.drain_too_long is not None:
         hold_for = op.drain_too_long.budget_s
         fired = _target(model, "draining")
         series_values = [(_series_of("draining", fired), (0, 1))]
@@ -603,7 +632,7 @@ def _version_skew_proof(model: Model, alert: OperationalAlert, rule: Rule, clock
 _OPERATIONAL_PROOFS = {
     "queue_saturation": _queue_proof,
     "rejections": _rejections_proof,
-    "breaker_open": _state_proof,
+    "breaker_open": _breaker_proof,
     "drain_too_long": _state_proof,
     "gpu_memory": _state_proof,
     "summaries_dropped": _dropped_proof,

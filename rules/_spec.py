@@ -106,7 +106,12 @@ class ObjectiveSpec:
 
 @dataclass(frozen=True)
 class QueueSaturationSpec:
-    """Queue length above ``threshold`` (a ratio of capacity) for ``for_s`` seconds."""
+    """Queue length above ``threshold`` (a ratio of capacity) for ``for_s`` seconds.
+
+    Reads ``llmslo_queued_requests / llmslo_queue_capacity_requests`` per model and instance (the admission
+    queue of :mod:`llmslo.controls` sets both); silent where no capacity is exported. The default, 80 % for
+    1 minute, is the documents' typical alert: it leaves time to scale before arrivals get 429 queue_full.
+    """
 
     threshold: Decimal = Decimal("0.8")
     for_s: int = 60
@@ -115,7 +120,13 @@ class QueueSaturationSpec:
 
 @dataclass(frozen=True)
 class RejectionsSpec:
-    """Share of requests rejected for ``reasons`` over ``window_s`` above ``threshold`` for ``for_s``."""
+    """Share of requests rejected for ``reasons`` over ``window_s`` above ``threshold`` for ``for_s``.
+
+    Reads ``llmslo_rejected_requests_total{reject_reason}`` over ``llmslo_requests_total``: the reasons
+    together against one threshold (the share of traffic turned away), the alert's description naming them.
+    The default reasons are the client-side ones (queue_full, which load shedding also reports, and
+    rate_limited); circuit_open has its own alert and draining is expected during a rollout.
+    """
 
     threshold: Decimal = Decimal("0.05")
     window_s: int = 300
@@ -126,7 +137,13 @@ class RejectionsSpec:
 
 @dataclass(frozen=True)
 class BreakerOpenSpec:
-    """A circuit breaker open for ``for_s`` seconds."""
+    """A circuit breaker not closed (open, or half-open with its probes failing) for ``for_s`` seconds.
+
+    Reads ``llmslo_breaker_state`` with the ``state`` label aggregated away, one alert per breaker and
+    instance. Open and half-open count together because a breaker whose probes keep failing cycles
+    open -> half_open -> open every cool-down: a condition on the open series alone would restart its
+    ``for`` at each probe and never fire while the upstream stays down.
+    """
 
     for_s: int = 300
     severity: Severity = "ticket"
@@ -134,7 +151,17 @@ class BreakerOpenSpec:
 
 @dataclass(frozen=True)
 class DrainSpec:
-    """A drain in progress for longer than ``budget_s`` seconds."""
+    """A drain in progress for longer than ``budget_s`` seconds.
+
+    Reads the ``llmslo_draining`` gauge (1 from the stop of admissions to the end of the drain) held at 1
+    for ``budget_s``, not the ``llmslo_drain_duration_seconds`` histogram: the histogram is observed when a
+    drain ends, usually just before the process exits, so the scrape that would carry it may never happen,
+    and it could only tell after the fact (and only at a bucket bound); the gauge is scraped while the drain
+    runs, so the alert fires while the instance is still stuck, for any budget. Set ``budget_s`` to the
+    drain controller's ``unregister_settle_s + wait_budget_s`` (or a little above): the controller takes its
+    decision by then, so the alert means a drain that outlived its own budget (no decision taken, or a
+    shutdown that hangs after it).
+    """
 
     budget_s: int = 120
     severity: Severity = "ticket"
@@ -182,7 +209,12 @@ class VersionSkewSpec:
 
 @dataclass(frozen=True)
 class OperationalSpec:
-    """The operational alerts; ``None`` disables one."""
+    """The operational alerts; ``None`` (``false`` in the YAML) disables one. Each is named
+    ``<Service><Suffix>``: queue_saturation -> ``QueueNearCapacity``, rejections -> ``RejectionRatioHigh``,
+    breaker_open -> ``BreakerOpen``, drain_too_long -> ``DrainTooLong``, summaries_dropped ->
+    ``SummariesDropped``, scrape_target_missing -> ``ScrapeTargetMissing``, gpu_memory ->
+    ``GpuMemoryNearLimit``, version_skew -> ``VersionSkewErrors`` and ``VersionSkewTtft``; every one reads
+    metrics of the :mod:`llmslo.telemetry` catalogue and has generated promtool tests."""
 
     queue_saturation: QueueSaturationSpec | None = QueueSaturationSpec()
     rejections: RejectionsSpec | None = RejectionsSpec()
@@ -371,11 +403,17 @@ def _check_selector_fits(selector: Pairs, own: Pairs, metrics: tuple[Metric, ...
                                        f"(its labels: {', '.join(metric.labels) or 'none'})")
 
 
+def _latency_histograms() -> list[Metric]:
+    """The histograms a latency objective may read: one observation per request (a summary interval), not
+    the serving controls' (a Retry-After given, a drain's duration), which count no request's latency."""
+    return [m for m in METRICS if m.type == "histogram" and m.source is not None]
+
+
 def _histogram(raw: object, path: str) -> Metric:
-    histograms = [m for m in METRICS if m.type == "histogram"]
+    histograms = _latency_histograms()
     if isinstance(raw, str):
         metric = METRICS_BY_KEY.get(raw) or METRICS_BY_NAME.get(raw)
-        if metric is not None and metric.type == "histogram":
+        if metric is not None and metric in histograms:
             return metric
     names = ", ".join(f"{m.key} ({m.name})" for m in histograms)
     raise SpecError(path, f"unknown latency metric {short_repr(raw)}; known: {names}")

@@ -247,6 +247,62 @@ class Telemetry:
         """Expose the state (``closed``, ``half_open``, ``open``) of circuit breaker ``breaker``."""
         self._safe(lambda: self.metrics.set_breaker_state(breaker, state), "breaker_state")
 
+    # ---- serving controls (llmslo.controls reports through these; each never raises) -------------------
+
+    def observe_retry_after(self, model: str, reject_reason: str, seconds: float) -> None:
+        """Observe the ``Retry-After`` given to a request of ``model`` refused with ``reject_reason``, seconds.
+
+        A NaN, infinite or negative value is dropped and counted by reason; a value that is not a number
+        counts an internal error.
+        """
+        self._safe(lambda: self._observe(N.RETRY_AFTER.key, {"model": model, "reject_reason": reject_reason},
+                                         seconds), "retry_after")
+
+    def count_breaker_transition(self, breaker: str, from_state: str, to_state: str) -> None:
+        """Count one change of circuit breaker ``breaker`` from ``from_state`` to ``to_state`` (``closed``,
+        ``half_open``, ``open``; any other state is exposed as ``other``)."""
+        self._safe(lambda: self.metrics.count(N.BREAKER_TRANSITIONS.key, {
+            "breaker": breaker, "from_state": from_state, "to_state": to_state}), "breaker_transition")
+
+    def count_shed(self, model: str, signal: str, tenant_class: str) -> None:
+        """Count one request of ``model`` and ``tenant_class`` shed by ``signal`` (``queue``, ``latency``,
+        ``gpu``). The request itself is rejected ``queue_full`` through its tracker."""
+        self._safe(lambda: self.metrics.count(N.SHED_REQUESTS.key, {
+            "model": model, "signal": signal, "tenant_class": tenant_class}), "shed")
+
+    def count_degraded(self, model: str, action: str) -> None:
+        """Count one request of ``model`` served degraded by ``action`` (the server's name for it, e.g.
+        ``cap_max_tokens``; bounded by the label policy) instead of being rejected."""
+        self._safe(lambda: self.metrics.count(N.DEGRADED_REQUESTS.key, {"model": model, "action": action}),
+                   "degraded")
+
+    def count_rate_limit_store_error(self, fail_mode: str) -> None:
+        """Count one rate-limit decision taken without the shared store, under ``fail_mode`` (``open``:
+        admitted, ``closed``: refused)."""
+        self._safe(lambda: self.metrics.count(N.RATE_LIMIT_STORE_ERRORS.key, {"fail_mode": fail_mode}),
+                   "rate_limit_store_error")
+
+    def observe_drain(self, duration_s: float) -> None:
+        """Observe the duration of one completed drain, seconds (dropped and counted when NaN, infinite or
+        negative)."""
+        self._safe(lambda: self._observe(N.DRAIN_DURATION.key, None, duration_s), "drain_duration")
+
+    def count_drain_closed(self, reason: str, n: int = 1) -> None:
+        """Count ``n`` streams closed by the drain controller for ``reason`` (``idle``, ``max_inflight``,
+        ``budget_exhausted``). An ``n`` that is not a non-negative integer is dropped as ``invalid_count``."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            self.guard.drop("invalid_count")
+            return
+        self._safe(lambda: self.metrics.count(N.DRAIN_CLOSED_STREAMS.key, {"reason": reason}, n), "drain_closed")
+
+    def _observe(self, key: str, labels: Mapping[str, str] | None, value: float) -> None:
+        """Observe a timing on a fixed-bound histogram once the guard accepts it (raises for a non-number)."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{N.METRICS_BY_KEY[key].name}: expected seconds as a number, got {value!r}")
+        checked = self.guard.timing(float(value))
+        if checked is not None:
+            self.metrics.observe(key, labels, checked)
+
     def _safe(self, fn: Callable[[], object], site: str) -> None:
         try:
             fn()

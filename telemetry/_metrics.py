@@ -1,17 +1,18 @@
 """Prometheus instruments built from the name catalogue, with bounded labels and request-id exemplars.
 
-One collector holds every llmslo metric of a process: histograms (TTFT, TPOT, ITL, e2e, queue, client
-TTFT), counters (the four token counts, requests by finish reason, rejections, ignored terminal signals,
-goodput, drops, internal errors) and gauges (in flight, queued, queue capacity, paused streams, draining,
-breaker state). A finished request is buffered and folded with the others in batches (``FOLD_BATCH``, and
-before every scrape or read, so nothing finished is ever missing from the exposition); the inter-token gaps
-of a request arrive already counted per bucket, so a 256-token reply costs one merge, not 256
-observations. Exemplars (``request_id``, ``trace_id``) ride on histogram buckets (the largest observation
-of the latest batch in that bucket, with its value) and counters (the batch's latest request with an
-increment, e.g. its 256 generated tokens) and are exposed only in the OpenMetrics format; they are not
-available in prometheus-client's multiprocess mode (one collector per process, which is what this is).
-They are kept as plain tuples and turned into prometheus-client exemplars only when scraped. The GPU
-gauges of the catalogue belong to :class:`llmslo.telemetry.GpuSampler`, not to this collector.
+One collector holds every llmslo metric of a process: histograms (TTFT, TPOT, ITL, e2e, queue, client TTFT;
+the serving controls' Retry-After given and drain duration), counters (the four token counts, requests by
+finish reason, rejections, ignored terminal signals, goodput, drops, internal errors; breaker transitions,
+shed and degraded requests, rate-limit store errors, streams closed by a drain) and gauges (in flight, queued,
+queue capacity, paused streams, draining, breaker state). A finished request is buffered and folded with the
+others in batches (``FOLD_BATCH``, and before every scrape or read, so nothing finished is ever missing from
+the exposition); the inter-token gaps of a request arrive already counted per bucket, so a 256-token reply
+costs one merge, not 256 observations. Exemplars (``request_id``, ``trace_id``) ride on histogram buckets (the
+largest observation of the latest batch in that bucket, with its value) and counters (the batch's latest
+request with an increment, e.g. its 256 generated tokens) and are exposed only in the OpenMetrics format; they
+are not available in prometheus-client's multiprocess mode (one collector per process, which is what this is).
+They are kept as plain tuples and turned into prometheus-client exemplars only when scraped. The GPU gauges of
+the catalogue belong to :class:`llmslo.telemetry.GpuSampler`, not to this collector.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
@@ -248,6 +249,10 @@ class TelemetryMetrics(Collector):
             chosen[N.METRICS_BY_KEY[key].source or key] for key in _SERIES_HISTOGRAMS)
         self._narrowed: dict[str, dict[str, tuple[str, ...]]] = {m.key: dict(m.narrowed) for m in N.METRICS}
         self._itl_bounds = chosen["itl_s"]
+        self._event_bounds: dict[str, tuple[float, ...]] = {
+            m.key: m.buckets_s for m in N.METRICS if m.type == "histogram" and m.source is None}
+        """Bounds (seconds) of the histograms observed one event at a time (:meth:`observe`), from the
+        catalogue."""
         self.registry = registry if registry is not None else CollectorRegistry()
         self.registry.register(self)
 
@@ -440,6 +445,21 @@ class TelemetryMetrics(Collector):
         with self._lock:
             self._gauges[key][values] = float(value)
 
+    def observe(self, key: str, labels: Mapping[str, str] | None, value: float) -> None:
+        """Observe ``value`` (a finite non-negative number in the metric's unit, checked by the caller) on
+        histogram ``key``, one of the catalogue histograms with fixed bounds (``retry_after``,
+        ``drain_duration``); a value equal to a bound counts in that bound's bucket."""
+        bounds = self._event_bounds[key]
+        values = self._resolve(key, labels or {})
+        i = bisect_left(bounds, value)
+        with self._lock:
+            children = self._hist[key]
+            h = children.get(values)
+            if h is None:
+                h = children[values] = _Hist(len(bounds))
+            h.counts[i] += 1
+            h.sum += value
+
     def set_breaker_state(self, breaker: str, state: str) -> None:
         """Expose ``state`` (one of ``closed``, ``half_open``, ``open``) of ``breaker`` one-hot."""
         for s in N.BREAKER_STATES:
@@ -482,7 +502,8 @@ class TelemetryMetrics(Collector):
             families: list[PromMetric] = []
             for metric in _OWNED:
                 if metric.type == "histogram":
-                    bounds = self.bounds_s[metric.source or metric.key]
+                    bounds = (self.bounds_s[metric.source] if metric.source is not None
+                              else self._event_bounds[metric.key])
                     hf = HistogramMetricFamily(metric.name, metric.help, labels=metric.labels)
                     for values, h in sorted(self._hist[metric.key].items()):
                         running = 0

@@ -12,7 +12,10 @@ Conventions (checked by the test suite):
 - every label declares its values: a closed set (``finish_reason``, ``reject_reason``) or an open set with a
   bound on how many distinct values one process may expose (``model``, ``version``); a value beyond the
   bound is exposed as :data:`OVERFLOW_VALUE`;
-- histogram buckets are the defaults of :mod:`llmslo.telemetry._buckets`, in seconds; ``+Inf`` is implied.
+- histogram buckets are in seconds and ``+Inf`` is implied: the per-request latencies take the defaults of
+  :mod:`llmslo.telemetry._buckets` (overridable per :class:`~llmslo.telemetry.Telemetry`); the histograms of
+  the serving controls (``Retry-After`` given, drain duration) have fixed bounds declared here, chosen from
+  their domain (see :data:`RETRY_AFTER_BUCKETS_S` and :data:`DRAIN_DURATION_BUCKETS_S`).
 
 :attr:`Metric.name` is the name as it appears in Prometheus queries (with ``_total`` for counters); a client
 library that appends ``_total`` itself takes :attr:`Metric.instrument_name`.
@@ -40,6 +43,31 @@ SUMMARY_DROP_REASONS: tuple[str, ...] = ("queue_full", "store_error")
 
 OBSERVATION_DROP_REASONS: tuple[str, ...] = ("nan", "infinite", "negative", "invalid_count")
 """Why a timing handed to the telemetry was dropped instead of observed."""
+
+SHED_SIGNALS: tuple[str, ...] = ("gpu", "latency", "queue")
+"""What made load shedding refuse a request: queue length, recent p99 latency, or a GPU utilisation reading."""
+
+RATE_LIMIT_FAIL_MODES: tuple[str, ...] = ("closed", "open")
+"""What a rate limiter does while its shared store (Redis) is unreachable: admit (``open``) or refuse
+(``closed``)."""
+
+DRAIN_CLOSE_REASONS: tuple[str, ...] = ("budget_exhausted", "idle", "max_inflight")
+"""Why the drain controller closed a stream: idle for its threshold, alive for its maximum, or the drain's
+wait budget ran out (the stream was terminated)."""
+
+RETRY_AFTER_BUCKETS_S: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+"""Bounds of the ``Retry-After`` histogram, seconds. The header carries whole seconds (RFC 9110), so a
+computed value is at least about a second; 0.5 s still separates sub-second hints before rounding. The
+controls bound their hints: a queue's drain-rate estimate gives seconds to tens of seconds, a token bucket
+refills within its window (a minute for per-minute limits), an open breaker's cool-down is tens of seconds
+to a few minutes; 300 s is a ceiling no client should be asked to wait beyond, so ``+Inf`` only counts
+misconfiguration."""
+
+DRAIN_DURATION_BUCKETS_S: tuple[float, ...] = (1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+"""Bounds of the drain-duration histogram, seconds. A drain lasts the discovery settle time (seconds) plus
+the longest in-flight stream: a few seconds for short chats, tens of seconds to minutes for long generations;
+wait budgets are set below the caller's timeout (30 s to 10 min) and Kubernetes' default grace period is
+30 s. 1800 s bounds the longest budget seen in practice (half-hour batch jobs)."""
 
 
 @dataclass(frozen=True)
@@ -78,8 +106,15 @@ LABELS: Mapping[str, Label] = {
         Label("reject_reason", "why admission control refused the request", values=REJECT_REASONS),
         Label("breaker", "the circuit breaker (one per upstream or route)", max_values=16),
         Label("state", "circuit-breaker state", values=BREAKER_STATES),
-        Label("reason", "why something was dropped (each metric narrows the set)",
-              values=SUMMARY_DROP_REASONS + OBSERVATION_DROP_REASONS),
+        Label("from_state", "circuit-breaker state before a transition", values=BREAKER_STATES),
+        Label("to_state", "circuit-breaker state after a transition", values=BREAKER_STATES),
+        Label("signal", "the load signal that made shedding refuse a request", values=SHED_SIGNALS),
+        Label("action", "the degradation the server applied instead of a rejection, e.g. cap_max_tokens",
+              max_values=8),
+        Label("fail_mode", "what a rate limiter does while its shared store is unreachable",
+              values=RATE_LIMIT_FAIL_MODES),
+        Label("reason", "why something was dropped or closed (each metric narrows the set)",
+              values=SUMMARY_DROP_REASONS + OBSERVATION_DROP_REASONS + DRAIN_CLOSE_REASONS),
         Label("gpu", "GPU index on the host", max_values=16),
     )
 }
@@ -230,6 +265,34 @@ BREAKER_STATE = Metric(
     "breaker_state", "llmslo_breaker_state", "gauge", "",
     "Circuit-breaker state, one-hot: 1 on the series of the current state, 0 on the others.",
     ("breaker", "state"))
+RETRY_AFTER = Metric(
+    "retry_after", "llmslo_retry_after_seconds", "histogram", "seconds",
+    "Retry-After given to refused requests, by reject reason, seconds.", ("model", "reject_reason"),
+    RETRY_AFTER_BUCKETS_S)
+BREAKER_TRANSITIONS = Metric(
+    "breaker_transitions", "llmslo_breaker_transitions_total", "counter", "",
+    "Circuit-breaker state changes, by the state left and the state entered.",
+    ("breaker", "from_state", "to_state"))
+SHED_REQUESTS = Metric(
+    "shed_requests", "llmslo_shed_requests_total", "counter", "requests",
+    "Requests refused by load shedding (also counted as rejected queue_full), by the signal that shed them.",
+    ("model", "signal", "tenant_class"))
+DEGRADED_REQUESTS = Metric(
+    "degraded_requests", "llmslo_degraded_requests_total", "counter", "requests",
+    "Requests served degraded (e.g. max_tokens capped) instead of rejected under load, by action.",
+    ("model", "action"))
+RATE_LIMIT_STORE_ERRORS = Metric(
+    "rate_limit_store_errors", "llmslo_rate_limit_store_errors_total", "counter", "errors",
+    "Rate-limit decisions taken without the shared store (unreachable or failing), by the fail mode applied.",
+    ("fail_mode",))
+DRAIN_DURATION = Metric(
+    "drain_duration", "llmslo_drain_duration_seconds", "histogram", "seconds",
+    "Duration of each completed drain, from the stop of admissions to its decision, seconds.",
+    buckets_s=DRAIN_DURATION_BUCKETS_S)
+DRAIN_CLOSED_STREAMS = Metric(
+    "drain_closed_streams", "llmslo_drain_closed_streams_total", "counter", "streams",
+    "Streams the drain controller closed, by reason (budget_exhausted: terminated when the budget ran out).",
+    ("reason",), narrowed=(("reason", DRAIN_CLOSE_REASONS),))
 GPU_MEMORY_USED = Metric(
     "gpu_memory_used", "llmslo_gpu_memory_used_bytes", "gauge", "bytes",
     "GPU memory in use (NVML), bytes.", ("gpu",))
@@ -257,6 +320,8 @@ METRICS: tuple[Metric, ...] = (
     REQUESTS, REJECTED_REQUESTS, TERMINAL_SIGNALS_IGNORED, GOODPUT_GOOD, GOODPUT_ATTEMPTED,
     SUMMARIES_DROPPED, OBSERVATIONS_DROPPED, INTERNAL_ERRORS,
     IN_FLIGHT, QUEUED, QUEUE_CAPACITY, PAUSED_STREAMS, DRAINING, BREAKER_STATE,
+    RETRY_AFTER, BREAKER_TRANSITIONS, SHED_REQUESTS, DEGRADED_REQUESTS, RATE_LIMIT_STORE_ERRORS,
+    DRAIN_DURATION, DRAIN_CLOSED_STREAMS,
     GPU_MEMORY_USED, GPU_MEMORY_TOTAL,
     GPU_UTILIZATION, GPU_POWER, GPU_TEMPERATURE, GPU_SM_CLOCK, GPU_THROTTLE_REASONS,
 )

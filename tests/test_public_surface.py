@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["llmslo", "llmslo.telemetry", "llmslo.analysis", "llmslo.rules", "llmslo.dashboards",
-            "llmslo.cli", "llmslo.app"]
+PACKAGES = ["llmslo", "llmslo.telemetry", "llmslo.controls", "llmslo.analysis", "llmslo.rules",
+            "llmslo.dashboards", "llmslo.cli", "llmslo.app"]
 HEAVY = ("polars", "duckdb", "scipy", "numpy", "typer", "streamlit", "pyarrow", "pandas", "rich")
 TELEMETRY_RUNTIME = ("prometheus_client", *(f"llmslo.telemetry.{m}" for m in (
     "_lifecycle", "_metrics", "_sink", "_exposition", "_streams", "_otel", "_gpu", "_guard", "_labels")))
@@ -42,13 +42,17 @@ def test_all_is_sorted_complete_and_resolvable(name: str) -> None:
     assert public <= set(exported), f"{name} exposes names missing from __all__: {public - set(exported)}"
 
 
-def test_importing_telemetry_loads_no_heavy_dependency() -> None:
+@pytest.mark.parametrize(("name", "forbidden"), [
+    ("llmslo.telemetry", HEAVY),
+    ("llmslo.controls", (*HEAVY, "redis", "llmslo.analysis", "llmslo.rules", "llmslo.cli")),
+])
+def test_importing_a_server_package_loads_no_heavy_dependency(name: str, forbidden: tuple[str, ...]) -> None:
     code = (
-        "import sys, llmslo.telemetry\n"
-        f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+        f"import sys, {name}\n"
+        f"print(','.join(m for m in {forbidden!r} if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "", f"llmslo.telemetry loaded: {out.stdout.strip()}"
+    assert out.stdout.strip() == "", f"{name} loaded: {out.stdout.strip()}"
 
 
 def _imports(folder: str) -> set[str]:
@@ -67,6 +71,8 @@ def _imports(folder: str) -> set[str]:
     [
         ("telemetry", ("llmslo.analysis", "llmslo.rules", "llmslo.dashboards", "llmslo.cli", "llmslo.app",
                        *HEAVY)),
+        ("controls", ("llmslo.analysis", "llmslo.rules", "llmslo.dashboards", "llmslo.cli", "llmslo.app",
+                      "llmslo.server", "llmslo.loadgen", *HEAVY)),
         ("analysis", ("llmslo.rules", "llmslo.dashboards", "llmslo.cli", "llmslo.app")),
         ("rules", ("llmslo.analysis", "llmslo.cli", "llmslo.app")),
         ("dashboards", ("llmslo.analysis", "llmslo.cli", "llmslo.app")),

@@ -179,3 +179,34 @@ def test_the_series_notation_round_trips_runs_gaps_and_staleness_markers() -> No
     assert encode(counter([(3, 10), (2, 5)])) == "0+10x3 35+5x1"
     assert encode([1, None, None, None, 5, "stale", 2, 2.5, 3]) == "1 _x3 5 stale 2+0.5x2"
     assert encode([7]) == "7"
+
+
+def _operational(**operational: object) -> dict[str, object]:
+    model = build_model(parse_spec({
+        "version": "llmslo/v1", "service": "s", "selector": {"model": "m"}, "operational": operational,
+        "objectives": [{"name": "a", "kind": "availability", "objective": 99.9}]}))
+    return {r.alert or "": r for g in generate_groups(model) for r in g.rules if r.alert}
+
+
+def test_the_rejection_alert_names_its_reasons_and_claims_no_single_http_status() -> None:
+    rule = _operational(rejections={"reasons": ["circuit_open", "draining"]})["SRejectionRatioHigh"]
+    assert 'reject_reason=~"circuit_open|draining"' in rule.expr
+    description = dict(rule.annotations)["description"]
+    assert "circuit_open or draining" in description
+    assert "429" not in description  # both reasons are answered 503
+
+
+def test_the_breaker_alert_holds_through_half_open_probes_and_keeps_the_breaker_label() -> None:
+    rule = _operational(breaker_open={"for": "3m"})["SBreakerOpen"]
+    assert rule.expr == 'max without (state) (llmslo_breaker_state{job="s",state=~"half_open|open"}) == 1'
+    assert rule.for_s == 180
+
+
+def test_queue_and_drain_alerts_read_the_gauges_the_controls_set() -> None:
+    rules = _operational(queue_saturation={"threshold": "80%", "for": "1m"}, drain_too_long={"budget": "5m"})
+    queue = rules["SQueueNearCapacity"]
+    assert queue.expr == ('llmslo_queued_requests{job="s",model="m"} / '
+                          '(llmslo_queue_capacity_requests{job="s",model="m"} > 0) > 0.8')
+    assert queue.for_s == 60
+    drain = rules["SDrainTooLong"]
+    assert drain.expr == 'llmslo_draining{job="s"} == 1' and drain.for_s == 300

@@ -8,6 +8,7 @@ import pytest
 
 from llmslo.telemetry import (
     DEFAULT_BUCKETS_S,
+    DRAIN_DURATION_BUCKETS_S,
     FINISH_REASONS,
     LABELS,
     METRICS,
@@ -16,6 +17,7 @@ from llmslo.telemetry import (
     OVERFLOW_VALUE,
     RECORDING_RULES,
     REJECT_REASONS,
+    RETRY_AFTER_BUCKETS_S,
     SLO_ERROR_RATIO,
     SLO_OBJECTIVE,
 )
@@ -64,11 +66,15 @@ def test_a_metric_may_narrow_a_closed_label_and_rejects_labels_it_does_not_carry
 
 def test_histograms_use_the_default_buckets_which_contain_the_common_slo_thresholds() -> None:
     histograms = [m for m in METRICS if m.type == "histogram"]
-    assert {m.key for m in histograms} == {"ttft", "client_ttft", "tpot", "itl", "e2e", "queue"}
-    for metric in histograms:
+    per_request = [m for m in histograms if m.source is not None]
+    assert {m.key for m in per_request} == {"ttft", "client_ttft", "tpot", "itl", "e2e", "queue"}
+    for metric in per_request:
         assert metric.buckets_s == DEFAULT_BUCKETS_S[f"{metric.key}_s"]
+    for metric in histograms:
         assert metric.bucket == f"{metric.name}_bucket" and metric.count == f"{metric.name}_count"
     assert {0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0} <= set(METRICS_BY_KEY["ttft"].buckets_s)
+    assert METRICS_BY_KEY["retry_after"].buckets_s == RETRY_AFTER_BUCKETS_S
+    assert METRICS_BY_KEY["drain_duration"].buckets_s == DRAIN_DURATION_BUCKETS_S
     assert {0.01, 0.02, 0.05, 0.1, 0.2} <= set(METRICS_BY_KEY["tpot"].buckets_s)
     with pytest.raises(AttributeError):
         _ = METRICS_BY_KEY["requests"].bucket
@@ -82,6 +88,9 @@ def test_the_catalogue_covers_what_servers_expose_and_the_alerts_read() -> None:
         "llmslo_goodput_attempted_requests_total", "llmslo_summaries_dropped_total", "llmslo_in_flight_requests",
         "llmslo_queued_requests", "llmslo_queue_capacity_requests", "llmslo_paused_streams", "llmslo_draining",
         "llmslo_breaker_state", "llmslo_gpu_memory_used_bytes", "llmslo_gpu_memory_total_bytes",
+        "llmslo_retry_after_seconds", "llmslo_breaker_transitions_total", "llmslo_shed_requests_total",
+        "llmslo_degraded_requests_total", "llmslo_rate_limit_store_errors_total", "llmslo_drain_duration_seconds",
+        "llmslo_drain_closed_streams_total",
     }
     assert expected <= set(METRICS_BY_NAME)
 

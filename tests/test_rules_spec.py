@@ -111,6 +111,14 @@ def test_an_unknown_metric_is_rejected_with_the_known_histograms() -> None:
     assert "unknown latency metric 'ttfb'" in str(exc) and "ttft (llmslo_ttft_seconds)" in str(exc)
 
 
+@pytest.mark.parametrize("metric", ["retry_after", "llmslo_drain_duration_seconds"])
+def test_the_serving_controls_histograms_are_no_latency_metric(metric: str) -> None:
+    exc = error(spec(objectives=[objective(metric=metric, threshold="10s")]))
+    assert exc.path == "objectives[0].metric"
+    assert f"unknown latency metric {metric!r}" in str(exc)
+    assert "retry_after" not in str(exc).split("known:")[1] and "ttft (llmslo_ttft_seconds)" in str(exc)
+
+
 def test_an_unknown_label_or_label_value_is_rejected() -> None:
     exc = error(spec(selector={"user_id": "42"}))
     assert exc.path == "selector.user_id" and "unknown label" in str(exc)

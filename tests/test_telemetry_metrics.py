@@ -53,6 +53,13 @@ def _frozen() -> Telemetry:
     tel.start("req-golden-2", model="llama").reject("queue_full")
     tel.set_queue_capacity("llama", 64)
     tel.set_breaker_state("upstream", "half_open")
+    tel.observe_retry_after("llama", "queue_full", 2.0)
+    tel.count_breaker_transition("upstream", "open", "half_open")
+    tel.count_shed("llama", "queue", "batch")
+    tel.count_degraded("llama", "cap_max_tokens")
+    tel.count_rate_limit_store_error("open")
+    tel.observe_drain(42.0)
+    tel.count_drain_closed("idle", 2)
     return tel
 
 
