@@ -13,8 +13,10 @@ rotating from one repeat to the next:
 * tracker calls: the ``admit()`` + ``add_resource()`` + ``schedule()`` the queue makes, without the queue
   (telemetry's share of the decision), for information.
 
-When ``TokenBucket`` or ``CircuitBreaker`` cannot be imported, the decision is the queue alone and the
-output says so. Each figure is the median over the repeats of the per-request time within a repeat.
+* keyed limiter: breaker + ``RateLimiter.check`` (per-key buckets by requests and tokens) + queue, what a
+  server with per-client limits pays, for information.
+
+Each figure is the median over the repeats of the per-request time within a repeat.
 
 Run: ``.venv/bin/python -m llmslo.bench.bench_controls --repeats 7 --loops 20000``
 """
@@ -29,15 +31,10 @@ import time
 from collections.abc import Awaitable, Callable
 
 from llmslo.bench._util import median, spread, table
-from llmslo.controls import AdmissionQueue
+from llmslo.controls import AdmissionQueue, CircuitBreaker, RateLimit, RateLimiter, TokenBucket
 from llmslo.telemetry import RequestTracker, Telemetry
 
 TARGET_DECISION_US = 5.0
-
-try:
-    from llmslo.controls import CircuitBreaker, TokenBucket
-except ImportError:  # built separately; without them the decision is the queue alone
-    CircuitBreaker = TokenBucket = None  # type: ignore[assignment, misc]
 
 Case = Callable[[Telemetry, list[RequestTracker]], Awaitable[float]]
 
@@ -58,13 +55,25 @@ async def baseline(tel: Telemetry, trackers: list[RequestTracker]) -> float:
 async def decision(tel: Telemetry, trackers: list[RequestTracker]) -> float:
     q = _queue(tel, len(trackers))
     acquire = q.acquire
-    if CircuitBreaker is None or TokenBucket is None:
-        return await queue_alone(tel, trackers)
     allow = CircuitBreaker("engine", telemetry=tel).allow
     take = TokenBucket(rate_per_s=1e12, capacity=1e12).take
     t0 = time.perf_counter_ns()
     for t in trackers:
         if allow().admitted and take(1.0).allowed:
+            await acquire(t)
+    elapsed = time.perf_counter_ns() - t0
+    assert q.running == len(trackers), "every request must have been admitted"
+    return elapsed / len(trackers)
+
+
+async def keyed_limiter(tel: Telemetry, trackers: list[RequestTracker]) -> float:
+    q = _queue(tel, len(trackers))
+    acquire = q.acquire
+    allow = CircuitBreaker("engine", telemetry=tel).allow
+    check = RateLimiter(requests=RateLimit(1e12, 1e12), tokens=RateLimit(1e15, 1e15), telemetry=tel).check
+    t0 = time.perf_counter_ns()
+    for i, t in enumerate(trackers):
+        if allow().admitted and check(f"key-{i % 64}", prompt_tokens=512, max_tokens=256, tracker=t).admitted:
             await acquire(t)
     elapsed = time.perf_counter_ns() - t0
     assert q.running == len(trackers), "every request must have been admitted"
@@ -109,6 +118,7 @@ CASES: dict[str, Case] = {
     "queue alone (await acquire)": queue_alone,
     "queue, acquire_blocking": blocking_queue,
     "tracker calls the queue makes": tracker_calls,
+    "breaker + keyed RateLimiter + queue": keyed_limiter,
 }
 
 
@@ -150,9 +160,7 @@ def main() -> None:
         is_figure = n == names[1]
         rows.append([n, us, f"{us / base:.1f}x", f"<= {TARGET_DECISION_US:g}" if is_figure else "(info)",
                      ("yes" if us <= TARGET_DECISION_US else "NO") if is_figure else "-", spread(runs[n])])
-    parts = "breaker + bucket + queue" if CircuitBreaker is not None and TokenBucket is not None else (
-        "the queue alone (TokenBucket / CircuitBreaker not importable)")
-    print(f"One admission decision ({parts}), {args.loops:,} requests x {args.repeats} repeats, "
+    print(f"One admission decision (breaker + bucket + queue), {args.loops:,} requests x {args.repeats} repeats, "
           f"Python {sys.version.split()[0]}; baseline asyncio.Queue.put_nowait = {base:.3f} us "
           f"(decision / baseline, median of per-repeat ratios: {median(ratios):.1f}x)\n")
     print(table(["case", "us per request", "vs baseline", "target (us)", "pass", "range (us)"], rows))

@@ -47,6 +47,10 @@ class BucketTake(NamedTuple):
     detail: str = ""
 
 
+_TAKEN = BucketTake(True, 0.0)
+"""The one answer of an allowed take (immutable, so shared)."""
+
+
 def _positive(value: object, field: str, unit: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
         raise ConfigurationError(f"{field}: must be a finite number > 0 {unit}, got {value!r}")
@@ -106,12 +110,15 @@ class TokenBucket:
         if amount > self.capacity:
             return BucketTake(False, None, f"cost {amount:g} exceeds the bucket's capacity {self.capacity:g}: "
                                            "it can never be admitted")
-        with self._lock:
-            self._refill(self._clock())
-            wait_s = self._shortfall_s(amount)
-            if wait_s == 0.0:
+        with self._lock:  # the refill and the shortfall inlined: this runs once per request
+            now = self._clock()
+            if now > self._last:
+                self._tokens = min(self.capacity, self._tokens + (now - self._last) * self.rate_per_s)
+                self._last = now
+            if self._tokens >= amount:
                 self._tokens -= amount
-                return BucketTake(True, 0.0)
+                return _TAKEN
+            wait_s = (amount - self._tokens) / self.rate_per_s
         return BucketTake(False, wait_s, f"the bucket holds less than the cost {amount:g}")
 
     def give_back(self, amount: float) -> float:
@@ -131,12 +138,6 @@ class TokenBucket:
         if now > self._last:
             self._tokens = min(self.capacity, self._tokens + (now - self._last) * self.rate_per_s)
             self._last = now
-
-    def _shortfall_s(self, cost: float) -> float:
-        """Seconds until the bucket holds ``cost`` (0.0 when it does now)."""
-        if self._tokens >= cost:
-            return 0.0
-        return (cost - self._tokens) / self.rate_per_s
 
     def _adjust(self, amount: float) -> float:
         before = self._tokens
