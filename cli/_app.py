@@ -18,9 +18,11 @@ from llmslo.cli._common import console as _console
 from llmslo.cli._common import duration as _duration
 from llmslo.cli._common import fail as _fail
 from llmslo.cli._common import threshold as _threshold
+from llmslo.cli._drain import drain_app
 from llmslo.cli._gpu import gpu_app
 from llmslo.cli._help import GROUP_COLUMNS
 from llmslo.cli._import import import_command
+from llmslo.cli._rollout import rollout_app
 from llmslo.cli._rules import rules_app
 from llmslo.cli._scrape import scrape_command
 from llmslo.cli._telemetry import stream_sim_command
@@ -339,6 +341,8 @@ app.command("stream-sim")(stream_sim_command)
 app.command("anomalies")(anomalies_command)
 app.add_typer(gpu_app, name="gpu")
 app.add_typer(rules_app, name="rules")
+app.add_typer(rollout_app, name="rollout")
+app.add_typer(drain_app, name="drain")
 
 
 def _version(value: bool) -> None:

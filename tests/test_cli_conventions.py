@@ -36,6 +36,11 @@ MISSING_INPUT = [
     ["rules", "generate", "{tmp}/none.yaml", "-o", "{tmp}/rules.yml"],
     ["rules", "check", "{tmp}/none.yml"],
     ["rules", "explain", "{tmp}/none.yaml"],
+    ["rollout", "record", "{tmp}/none.json", "--db", "{tmp}/s.duckdb"],
+    ["rollout", "list", "--db", "{tmp}/none.duckdb"],
+    ["rollout", "compare", "--db", "{tmp}/none.duckdb", "--from", "0", "--to", "10"],
+    ["drain", "advise", "--db", "{tmp}/none.duckdb", "--caller-timeout", "300s"],
+    ["drain", "check", "{tmp}/none.yaml"],
 ]
 
 # Each command with a command line that is wrong whatever the files hold: exit 2.
@@ -54,6 +59,8 @@ BAD_USAGE = [
     ["rules", "generate", "{tmp}/none.yaml"],  # no -o
     ["rules", "check", "{tmp}/none.yml", "--lint"],
     ["rules", "explain", "{tmp}/none.yaml", "--csv"],
+    ["rollout", "compare", "--db", "{tmp}/none.duckdb", "--update", "u1", "--from", "0"],
+    ["drain", "advise", "--db", "{tmp}/none.duckdb", "--caller-timeout", "300s", "--quantile", "1.5"],
 ]
 
 
