@@ -35,13 +35,7 @@ import numpy.typing as npt
 from scipy import stats
 
 from llmslo.analysis.anomaly._ks import ks_pvalue, ks_statistic_and_positions, ks_statistic_sorted
-from llmslo.analysis.report import (
-    MAX_WINDOWS,
-    ArrivallessImport,
-    arrivalless_imports,
-    id_prefix_sql,
-    stored_arrival_range,
-)
+from llmslo.analysis.report import MAX_WINDOWS, placeable_rows
 from llmslo.analysis.store import SUMMARY_TABLE
 from llmslo.telemetry import TPOT_SQL, ConfigurationError, format_duration
 
@@ -58,10 +52,10 @@ __all__ = [
     "benjamini_hochberg",
     "detect_anomalies",
     "detect_in_arrays",
-    "findings_of",
     "ensure",
-    "placeable_rows",
+    "findings_of",
     "scan_series",
+    "scanned_rows",
     "untested_reason",
 ]
 
@@ -582,30 +576,18 @@ def _detect(
     return report
 
 
-def _files(imports: Sequence[ArrivallessImport]) -> str:
-    names = sorted({f for i in imports for f in i.files})
-    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+def _names(files: Sequence[str]) -> str:
+    return ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
 
 
-def placeable_rows(con: duckdb.DuckDBPyConnection) -> tuple[str, list[str]]:
-    """The SQL condition that keeps the stored rows with arrival times, and notes on those it leaves out.
-
-    Checks every stored arrival time first (:func:`~llmslo.analysis.report.stored_arrival_range`, which
-    raises :class:`~llmslo.analysis.report.ReportDataError` for one that cannot be placed). Rows that came
-    from imports without arrival times are left out (``TRUE`` when there are none: no join with the
-    provenance is made).
-    """
-    stored_arrival_range(con)
-    imports = arrivalless_imports(con)
-    if not imports:
-        return "TRUE", []
-    listed = ", ".join("'" + p.replace("'", "''") + "'" for p in imports)
-    keep = f"NOT (contains(request_id, '#') AND {id_prefix_sql()} IN ({listed}))"
-    (left_out,) = con.sql(f"SELECT count(*) FROM {SUMMARY_TABLE} WHERE NOT ({keep})").fetchall()[0]
-    if not left_out:
-        return keep, []
-    return keep, [f"{int(left_out):,} row(s) from imports without arrival times ({_files(list(imports.values()))}) "
-                  "are not scanned: they cannot be placed in windows"]
+def scanned_rows(con: duckdb.DuckDBPyConnection) -> tuple[str, list[str]]:
+    """The SQL condition keeping the rows the scan can place in windows, and a note on those it leaves out
+    (see :func:`~llmslo.analysis.report.placeable_rows`)."""
+    rows = placeable_rows(con)
+    if not rows.left_out:
+        return rows.condition, []
+    return rows.condition, [f"{rows.left_out:,} row(s) from imports without arrival times "
+                            f"({_names(rows.files)}) are not scanned: they cannot be placed in windows"]
 
 
 def detect_anomalies(
@@ -628,7 +610,7 @@ def detect_anomalies(
         ensure(m in ANOMALY_METRICS, f"unknown metric {m!r}; choose from {', '.join(ANOMALY_METRICS)}")
     for b in by:
         ensure(b in SERIES_GROUPS, f"cannot group by {b!r}; choose from {', '.join(SERIES_GROUPS)}")
-    keep, notes = placeable_rows(con)
+    keep, notes = scanned_rows(con)
     keys = ", ".join(by)
     series: dict[str, tuple[FloatArray, FloatArray]] = {}
     groups: dict[str, dict[str, str]] = {}

@@ -22,8 +22,8 @@ from llmslo.analysis.anomaly._scan import (
     AnomalyConfig,
     FloatArray,
     ensure,
-    placeable_rows,
     scan_series,
+    scanned_rows,
 )
 from llmslo.analysis.anomaly._signals import failure_rate_slope, outcome_entropy
 from llmslo.analysis.store import SUMMARY_TABLE
@@ -133,7 +133,7 @@ def detect_tightening(
     for b in by:
         ensure(b in SERIES_GROUPS, f"cannot group by {b!r}; choose from {', '.join(SERIES_GROUPS)}")
     sel = f"{', '.join(by)}, " if by else ""
-    keep, _ = placeable_rows(con)
+    keep, _ = scanned_rows(con)
     frame = con.sql(
         f"SELECT {sel}arrival_unix_s AS t, ({ANOMALY_METRICS[metric]}) AS x, finish_reason AS r "
         f"FROM {SUMMARY_TABLE} WHERE {keep} ORDER BY {sel}arrival_unix_s"

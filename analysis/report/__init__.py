@@ -34,10 +34,12 @@ from llmslo.analysis.report._provenance import (
     ARRIVAL_MIN_UNIX_S,
     MAX_WINDOWS,
     ArrivallessImport,
+    PlaceableRows,
     ReportDataError,
     arrivalless_imports,
     check_window_count,
     id_prefix_sql,
+    placeable_rows,
     stored_arrival_range,
 )
 from llmslo.analysis.report._report import (
@@ -68,6 +70,7 @@ __all__ = [
     "GroupRateBasis",
     "LATENCY_INTERVALS",
     "MAX_WINDOWS",
+    "PlaceableRows",
     "QUANTILES",
     "RateBasis",
     "Report",
@@ -84,6 +87,7 @@ __all__ = [
     "check_window_count",
     "id_prefix_sql",
     "km_quantiles",
+    "placeable_rows",
     "quantile_label",
     "stored_arrival_range",
 ]

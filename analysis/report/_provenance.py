@@ -186,6 +186,35 @@ def stored_arrival_range(con: duckdb.DuckDBPyConnection) -> tuple[float, float] 
     return float(lo), float(hi)
 
 
+@dataclass(frozen=True)
+class PlaceableRows:
+    """Which stored rows have arrival times: ``condition`` (SQL over the summary table; ``TRUE`` when every
+    row has them), how many rows it ``left_out`` (rows of imports without arrival times), and the names of
+    those imports' ``files``."""
+
+    condition: str
+    left_out: int
+    files: tuple[str, ...]
+
+
+def placeable_rows(con: duckdb.DuckDBPyConnection) -> PlaceableRows:
+    """The stored rows that can be placed in time (windows, periods), after checking every stored arrival.
+
+    Raises :class:`ReportDataError` for an arrival time that cannot be placed at all
+    (:func:`stored_arrival_range`). Rows that came from imports without arrival times are left out; no
+    join with the provenance is made when there are none.
+    """
+    stored_arrival_range(con)
+    imports = arrivalless_imports(con)
+    if not imports:
+        return PlaceableRows("TRUE", 0, ())
+    listed = ", ".join("'" + p.replace("'", "''") + "'" for p in imports)
+    keep = f"NOT (contains(request_id, '#') AND {id_prefix_sql()} IN ({listed}))"
+    (left_out,) = con.sql(f"SELECT count(*) FROM {SUMMARY_TABLE} WHERE NOT ({keep})").fetchall()[0]
+    files = tuple(sorted({f for i in imports.values() for f in i.files}))
+    return PlaceableRows(keep, int(left_out), files)
+
+
 def check_window_count(
     con: duckdb.DuckDBPyConnection,
     window_s: float,

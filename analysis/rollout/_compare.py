@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats
 
-from llmslo.analysis.report import GoodputPolicy, arrivalless_imports, id_prefix_sql, stored_arrival_range
+from llmslo.analysis.report import GoodputPolicy, placeable_rows
 from llmslo.analysis.rollout._records import RolloutInputError, UpdateRecord, get_update, list_updates
 from llmslo.analysis.store import SUMMARY_TABLE
 from llmslo.telemetry import ConfigurationError
@@ -477,16 +477,10 @@ def _span_sql(spans: Sequence[tuple[float, float]]) -> str:
 
 def _placeable(con: duckdb.DuckDBPyConnection) -> tuple[str, list[str]]:
     """SQL keeping rows with real arrival times, and a note on the rows of arrival-less imports left out."""
-    stored_arrival_range(con)
-    imports = arrivalless_imports(con)
-    if not imports:
-        return "TRUE", []
-    listed = ", ".join("'" + p.replace("'", "''") + "'" for p in imports)
-    keep = f"NOT (contains(request_id, '#') AND {id_prefix_sql()} IN ({listed}))"
-    (left_out,) = con.sql(f"SELECT count(*) FROM {SUMMARY_TABLE} WHERE NOT ({keep})").fetchall()[0]
-    notes = [f"{int(left_out):,} row(s) from imports without arrival times are left out: they cannot be placed "
-             "inside or outside a window"] if left_out else []
-    return keep, notes
+    rows = placeable_rows(con)
+    notes = [f"{rows.left_out:,} row(s) from imports without arrival times are left out: they cannot be "
+             "placed inside or outside a window"] if rows.left_out else []
+    return rows.condition, notes
 
 
 def _load(con: duckdb.DuckDBPyConnection, window: CompareWindow, policy: GoodputPolicy
