@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Protocol
 
-from llmslo.controls._decision import ADMIT, MONOTONIC, Clock, Decision
+from llmslo.controls._decision import ADMIT, MONOTONIC, Clock, Decision, Rejectable
 from llmslo.telemetry import ConfigurationError
 
 CLOSED = "closed"
@@ -49,11 +49,13 @@ RETRY_AFTER_MAX_S = 3600.0
 
 
 class BreakerTelemetry(Protocol):
-    """What the breaker reports to (:class:`llmslo.telemetry.Telemetry` has both methods; neither raises)."""
+    """What the breaker reports to (:class:`llmslo.telemetry.Telemetry` has these methods; none raises)."""
 
     def set_breaker_state(self, breaker: str, state: str) -> None: ...
 
     def count_breaker_transition(self, breaker: str, from_state: str, to_state: str) -> None: ...
+
+    def observe_retry_after(self, model: str, reject_reason: str, seconds: float) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,11 +208,25 @@ class CircuitBreaker:
 
     # ---- deciding --------------------------------------------------------------------------------------
 
-    def allow(self) -> Decision:
+    def allow(self, tracker: Rejectable | None = None) -> Decision:
         """Admit, or refuse ``circuit_open`` with the seconds until a request may be tried again.
 
-        Half-open, each admitted request is a probe: report its outcome with ``record_*``.
+        With ``tracker``, a refusal also rejects it (``circuit_open``) and observes its ``Retry-After`` on the
+        telemetry, as the other controls do. Half-open, each admitted request is a probe: report its outcome
+        with ``record_*``.
         """
+        decision = self._decide()
+        if tracker is not None and not decision.admitted:
+            tracker.reject("circuit_open")
+            tel = self._telemetry
+            if tel is not None and decision.retry_after_s is not None:
+                try:
+                    tel.observe_retry_after(tracker.model, "circuit_open", decision.retry_after_s)
+                except Exception:  # a reporter that raises never reaches the server
+                    self.report_errors += 1
+        return decision
+
+    def _decide(self) -> Decision:
         with self._lock:
             now = self._clock()
             self._advance(now)

@@ -12,6 +12,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from llmslo.telemetry import REJECT_REASONS, ConfigurationError
 
@@ -29,6 +30,15 @@ HTTP_STATUS: dict[str, int] = {
 }
 """The status a refusal is answered with: 429 when the client asks too much (queue full, over its rate),
 503 when the server cannot serve anyone now (breaker open, draining)."""
+
+
+class Rejectable(Protocol):
+    """What a control needs from a request it refuses (a :class:`llmslo.telemetry.RequestTracker`): its
+    ``model`` and ``reject(reason)``, which commits the terminal state ``rejected`` with that reason."""
+
+    model: str
+
+    def reject(self, reason: str) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -215,6 +215,10 @@ class _Tally:
     in_flight_at_start: int = 0
 
 
+_DRAINING = Decision.refuse("draining", None, "the server is draining for an update: retry on another instance")
+"""The one refusal of a draining instance (decisions are immutable, so it is shared)."""
+
+
 class DrainController:
     """Drains the server of ``telemetry`` by :class:`DrainConfig` (thread-safe; one drain at a time).
 
@@ -279,11 +283,14 @@ class DrainController:
         """Readiness: True while serving, False from :meth:`begin` on (until returned to the pool)."""
         return self._phase == "serving"
 
-    def allow(self) -> Decision:
-        """Admit while serving; refuse ``draining`` (HTTP 503) from :meth:`begin` on."""
+    def allow(self, tracker: RequestTracker | None = None) -> Decision:
+        """Admit while serving; refuse ``draining`` (HTTP 503) from :meth:`begin` on, rejecting ``tracker``
+        (``draining``) when one is given."""
         if self._phase == "serving":
             return ADMIT
-        return Decision.refuse("draining", None, "the server is draining for an update: retry on another instance")
+        if tracker is not None:
+            tracker.reject("draining")
+        return _DRAINING
 
     # ---- the drain ---------------------------------------------------------------------------------------
 

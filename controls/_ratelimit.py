@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-from llmslo.controls._decision import ADMIT, MONOTONIC, Clock, Decision
+from llmslo.controls._decision import ADMIT, MONOTONIC, Clock, Decision, Rejectable
 from llmslo.telemetry import ConfigurationError
 
 OVERFLOW_SLOT = "overflow"
@@ -279,14 +279,6 @@ class RateLimitReporter(Protocol):
     def observe_retry_after(self, model: str, reject_reason: str, seconds: float) -> None: ...
 
     def count_rate_limit_store_error(self, fail_mode: str) -> None: ...
-
-
-class Rejectable(Protocol):
-    """What a limiter needs from a request (a :class:`llmslo.telemetry.RequestTracker`)."""
-
-    model: str
-
-    def reject(self, reason: str) -> bool: ...
 
 
 class RateLimiter:

@@ -375,10 +375,26 @@ def test_the_real_telemetry_exposes_state_and_transitions() -> None:
 
     assert sample("llmslo_breaker_state", state="open") == 1.0
     assert sample("llmslo_breaker_state", state="closed") == 0.0
-    if not hasattr(Telemetry, "count_breaker_transition"):
-        pytest.skip("Telemetry.count_breaker_transition is not there yet (the state gauge was checked)")
     assert b.report_errors == 0
     assert sample("llmslo_breaker_transitions_total", from_state="closed", to_state="open") == 1.0
+
+
+def test_a_refused_tracker_is_rejected_circuit_open_and_its_retry_after_observed() -> None:
+    tel = Telemetry()
+    clock = Clock()
+    b = streak_breaker(clock, telemetry=tel)
+    served = tel.start("ok", model="llama")
+    assert b.allow(served).admitted and served.finish_reason is None  # admitted: the tracker is untouched
+    trip(b)
+    clock.now += 4.0
+    refused = tel.start("r1", model="llama")
+    decision = b.allow(refused)
+    assert not decision.admitted and decision.http_status == 503
+    assert (refused.finish_reason, refused.reject_reason) == ("rejected", "circuit_open")
+    labels = {"model": "llama", "reject_reason": "circuit_open"}
+    assert tel.registry.get_sample_value("llmslo_retry_after_seconds_count", labels) == 1.0
+    assert tel.registry.get_sample_value("llmslo_retry_after_seconds_sum", labels) == pytest.approx(6.0)
+    assert b.report_errors == 0
 
 
 # ---- configuration ---------------------------------------------------------------------------------------

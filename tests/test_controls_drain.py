@@ -103,6 +103,17 @@ def test_begin_stops_admitting_at_once_and_nothing_is_closed_before_the_settle_t
     assert not s.drain.begin()  # one drain at a time
 
 
+def test_a_tracker_refused_while_draining_is_rejected_draining_and_one_admitted_is_untouched() -> None:
+    s = Setup(unregister_settle_s=5.0)
+    before = s.tel.start("before", model="llama")
+    assert s.drain.allow(before).admitted and before.finish_reason is None
+    s.drain.begin()
+    late = s.tel.start("late", model="llama")
+    assert not s.drain.allow(late).admitted
+    assert (late.finish_reason, late.reject_reason) == ("rejected", "draining")
+    assert before.finish_reason is None  # in flight: the drain waits for it, allow() never touches it
+
+
 def test_nothing_in_flight_ends_the_drain_right_after_the_settle_time() -> None:
     s = Setup(unregister_settle_s=5.0)
     s.drain.begin()
