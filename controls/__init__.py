@@ -15,7 +15,7 @@ from llmslo.controls._decision import ADMIT, HTTP_STATUS, MONOTONIC, Clock, Deci
 # isort: split
 from llmslo.controls._admission import AdmissionQueue, DegradeHook
 from llmslo.controls._retry_after import RetryAfterEstimator
-from llmslo.controls._shedding import SHED_SIGNALS, GpuReader, LoadShedder, ShedVerdict
+from llmslo.controls._shedding import GpuReader, LoadShedder, ShedVerdict
 
 # ---- rate limits (controls/_ratelimit.py, _redis.py) --------------------------------------------------
 # isort: split
@@ -43,7 +43,6 @@ from llmslo.controls._breaker import (
     classify_status,
 )
 from llmslo.controls._drain import (
-    DRAIN_CLOSE_REASONS,
     DRAIN_DECISIONS,
     DRAIN_PHASES,
     ON_BUDGET,
@@ -64,7 +63,6 @@ __all__ = [
     "CircuitBreaker",
     "Clock",
     "DEFAULT_FAILURE_KINDS",
-    "DRAIN_CLOSE_REASONS",
     "DRAIN_DECISIONS",
     "DRAIN_PHASES",
     "Decision",
@@ -86,7 +84,6 @@ __all__ = [
     "RedisBuckets",
     "RedisScripting",
     "RetryAfterEstimator",
-    "SHED_SIGNALS",
     "ShedVerdict",
     "StoreAnswer",
     "TokenBucket",

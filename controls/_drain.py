@@ -35,10 +35,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from llmslo.controls._decision import ADMIT, MONOTONIC, Clock, Decision
-from llmslo.telemetry import ConfigurationError, RequestTracker
-
-DRAIN_CLOSE_REASONS: tuple[str, ...] = ("idle", "max_inflight", "budget_exhausted")
-"""Why the drain closed a stream (the ``reason`` of ``llmslo_drain_closed_streams_total``)."""
+from llmslo.telemetry import DRAIN_CLOSE_REASONS, ConfigurationError, RequestTracker
 
 ON_BUDGET: tuple[str, ...] = ("terminate", "return_to_pool")
 """What to do when the wait budget is spent with requests still in flight."""

@@ -34,9 +34,6 @@ from dataclasses import dataclass
 from llmslo.controls._decision import MONOTONIC, Clock
 from llmslo.telemetry import ConfigurationError, Telemetry
 
-SHED_SIGNALS: tuple[str, ...] = ("queue", "latency", "gpu")
-"""The shedding signals, as ``llmslo_shed_requests_total{signal}`` names them."""
-
 GpuReader = Callable[[], float | None]
 """A GPU utilisation reading: a fraction ``0..1``, or ``None`` when there is none."""
 

@@ -17,14 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmslo.controls import (
-    DRAIN_CLOSE_REASONS,
     DRAIN_DECISIONS,
     DrainConfig,
     DrainController,
     DrainRecord,
     drain_terminal_event,
 )
-from llmslo.telemetry import ConfigurationError, RequestTracker, Telemetry
+from llmslo.telemetry import DRAIN_CLOSE_REASONS, ConfigurationError, RequestTracker, Telemetry
 
 
 class Clock:

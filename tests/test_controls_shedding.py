@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmslo.controls import SHED_SIGNALS, AdmissionQueue, LoadShedder, RetryAfterEstimator, ShedVerdict
-from llmslo.telemetry import ConfigurationError, Telemetry
+from llmslo.controls import AdmissionQueue, LoadShedder, RetryAfterEstimator, ShedVerdict
+from llmslo.telemetry import SHED_SIGNALS, ConfigurationError, Telemetry
 
 CLASSES = ("interactive", "batch")
 

@@ -34,7 +34,7 @@ from llmslo.analysis.rollout import (
 )
 from llmslo.analysis.store import Store
 from llmslo.cli._app import app
-from llmslo.controls import DRAIN_CLOSE_REASONS, DRAIN_DECISIONS, DrainRecord
+from llmslo.controls import DRAIN_DECISIONS, DrainRecord
 
 EXAMPLE = Path(__file__).parent / "fixtures" / "rollout" / "update_v1_v2.json"
 runner = CliRunner()
@@ -64,7 +64,6 @@ def _rows(db: Path) -> int:
 
 def test_the_drain_section_knows_exactly_the_keys_and_values_of_the_controls_drain_record() -> None:
     assert list(_drain_record().to_dict()) == list(_records.DRAIN_KEYS)
-    assert _records.DRAIN_CLOSE_REASONS == DRAIN_CLOSE_REASONS
     assert _records.DRAIN_DECISIONS == DRAIN_DECISIONS
 
 

@@ -30,7 +30,7 @@ from typing import Any, TypeGuard
 import duckdb
 
 from llmslo.analysis.store import ARRIVAL_MAX_AHEAD_S, ARRIVAL_MIN_UNIX_S, Store, StoreError
-from llmslo.telemetry import LlmsloError
+from llmslo.telemetry import DRAIN_CLOSE_REASONS, LlmsloError
 
 UPDATES_TABLE = "llmslo_updates"
 """The store table of update records, one row per ``update_id`` (the whole record in ``record_json``)."""
@@ -57,8 +57,6 @@ DRAIN_KEYS: tuple[str, ...] = (
 DRAIN_REQUIRED: tuple[str, ...] = ("wait_budget_s", "actual_drain_s", "unregister_settle_s")
 """The drain keys a hand-written drain section must give (a ``DrainRecord.to_dict()`` gives them all)."""
 
-DRAIN_CLOSE_REASONS: tuple[str, ...] = ("idle", "max_inflight", "budget_exhausted")
-"""The keys of ``drain.closed_by_reason`` (as ``llmslo.controls.DRAIN_CLOSE_REASONS``)."""
 
 DRAIN_DECISIONS: tuple[str, ...] = ("drained", "terminate", "return_to_pool")
 """The values of ``drain.decision`` (as ``llmslo.controls.DRAIN_DECISIONS``)."""
