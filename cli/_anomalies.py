@@ -1,28 +1,194 @@
-"""``llmslo anomalies``: distribution changes of latency in the store, against a baseline."""
+"""``llmslo anomalies``: distribution changes of latency in the store, against a baseline.
+
+Also what ``report`` and ``anomalies`` share to choose where the summaries are read (:func:`opened_engine`):
+a DuckDB store (``--db``), the sink's Parquet files (``--source``, out of core under ``--memory-limit``) or a
+ClickHouse store (``--engine clickhouse --url``), each restricted to ``--from``/``--to``, and the progress
+bar of a long query (:class:`QueryProgress`).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
 import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from llmslo.cli._common import EXIT_USAGE, err, parse_time, shown
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import duration as _duration
 from llmslo.cli._common import fail as _fail
-from llmslo.cli._common import shown
 from llmslo.cli._help import ANOMALY_METRICS
 from llmslo.telemetry import LlmsloError
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.table import Table
 
     from llmslo.analysis.anomaly import AnomalyReport, TighteningSignal
+    from llmslo.analysis.engines import Engine
 
-__all__ = ["anomalies_command"]
+__all__ = [
+    "ENGINES",
+    "DbOption",
+    "EngineOption",
+    "FromOption",
+    "MemoryLimitOption",
+    "QueryProgress",
+    "SourceOption",
+    "ToOption",
+    "UrlOption",
+    "anomalies_command",
+    "opened_engine",
+]
+
+ENGINES: tuple[str, ...] = ("duckdb", "clickhouse")
+"""What ``--engine`` accepts."""
+
+DbOption = Annotated[Path | None, typer.Option(
+    "--db", help="DuckDB store file (or --source, or --engine clickhouse --url).", show_default=False)]
+EngineOption = Annotated[str, typer.Option(
+    "--engine", help="Where the summaries are: duckdb (a store file, --db, or Parquet files, --source) or "
+    "clickhouse (--url).")]
+UrlOption = Annotated[str | None, typer.Option(
+    "--url", help="ClickHouse store (with --engine clickhouse): chdb:///FOLDER (embedded ClickHouse, the chdb "
+    "package) or http://[USER:PASSWORD@]HOST:8123 (a server), plus ?database=NAME (default llmslo).",
+    show_default=False)]
+SourceOption = Annotated[str | None, typer.Option(
+    "--source", help="Parquet files of the sink instead of a store, e.g. 'DIR/**/*.parquet' (quote it) or "
+    "DIR: read lazily by DuckDB, date=/hour= partitions outside --from/--to are not opened.",
+    show_default=False)]
+MemoryLimitOption = Annotated[str | None, typer.Option(
+    "--memory-limit", help="DuckDB's memory limit, e.g. 4GB or 512MiB: it spills to the temporary folder beyond "
+    "it (--source or --db).", show_default=False)]
+FromOption = Annotated[str | None, typer.Option(
+    "--from", help="Only requests that arrived at or after this time: Unix seconds or ISO 8601 (UTC unless it "
+    "says otherwise).", show_default=False)]
+ToOption = Annotated[str | None, typer.Option(
+    "--to", help="Only requests that arrived before this time: Unix seconds or ISO 8601.", show_default=False)]
+
+
+@contextmanager
+def opened_engine(
+    db: Path | None,
+    engine: str,
+    url: str | None,
+    source: str | None,
+    memory_limit: str | None,
+    from_time: str | None,
+    to_time: str | None,
+) -> Iterator[Engine]:
+    """The engine the options name, open for the ``with`` block (closed after it).
+
+    Options that do not go together (a second source, ``--url`` without ``--engine clickhouse``, a memory
+    limit for ClickHouse) and bad values exit 2 naming the option; a store or files that cannot be read
+    exit 1.
+    """
+    if engine not in ENGINES:
+        raise _fail(f"--engine: {engine!r} is not one of {', '.join(ENGINES)}", EXIT_USAGE)
+    if engine == "clickhouse":
+        if url is None:
+            raise _fail("--engine clickhouse needs --url (chdb:///FOLDER or http://HOST:8123)", EXIT_USAGE)
+        for name, value in (("--db", db), ("--source", source), ("--memory-limit", memory_limit)):
+            if value is not None:
+                raise _fail(f"{name} does not go with --engine clickhouse (the store is --url; ClickHouse "
+                            "manages its own memory)", EXIT_USAGE)
+    else:
+        if url is not None:
+            raise _fail("--url names a ClickHouse store: add --engine clickhouse", EXIT_USAGE)
+        if (db is None) == (source is None):
+            raise _fail("give one of --db (a DuckDB store) and --source (Parquet files)", EXIT_USAGE)
+    from llmslo.analysis.engines import (
+        ClickHouseEngine,
+        DuckDBEngine,
+        TimeRange,
+        open_parquet,
+        open_store_range,
+        parse_memory_limit,
+        quiet_progress,
+    )
+    from llmslo.analysis.store import Store, parse_clickhouse_url
+
+    try:
+        window = TimeRange(parse_time("from", from_time) if from_time is not None else None,
+                           parse_time("to", to_time) if to_time is not None else None)
+        limit = parse_memory_limit(memory_limit) if memory_limit is not None else None
+        if url is not None:
+            parse_clickhouse_url(url)
+    except LlmsloError as exc:
+        raise _fail(str(exc), EXIT_USAGE) from None
+    try:
+        opened: Engine
+        store = None
+        if engine == "clickhouse":
+            assert url is not None
+            opened = ClickHouseEngine.open(url, time_range=window)
+        elif source is not None:
+            opened = open_parquet(source, memory_limit=limit, time_range=window)
+        elif window.bounded or limit is not None:
+            assert db is not None
+            opened = open_store_range(db, window, memory_limit=limit)
+        else:
+            assert db is not None
+            store = Store.open(db, read_only=True)
+            quiet_progress(store.con)
+            opened = DuckDBEngine(store.con)
+    except LlmsloError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        yield opened
+    finally:
+        opened.close()
+        if store is not None:
+            store.close()
+
+
+class QueryProgress:
+    """A progress bar on standard error for the queries of a report or a scan: the stage the caller names
+    (``progress(stage)``) and how far the engine's running query is (:meth:`Engine.query_progress`, polled
+    from a thread), shown only on a terminal and only once the work has taken ``delay_s`` seconds."""
+
+    def __init__(self, engine: Engine, enabled: bool, *, delay_s: float = 1.0, poll_s: float = 0.2,
+                 console: Console | None = None) -> None:
+        self.engine = engine
+        self.console = console or err()
+        self.enabled = enabled and self.console.is_terminal
+        self.delay_s = delay_s
+        self.poll_s = poll_s
+        self.stage = "reading"
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __call__(self, stage: str) -> None:
+        self.stage = stage
+        if self.enabled and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="llmslo-progress", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        if self._stop.wait(self.delay_s):
+            return
+        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
+                      console=self.console, transient=True, auto_refresh=False) as bar:
+            task = bar.add_task(self.stage, total=100.0)
+            while True:
+                done = self.engine.query_progress()
+                bar.update(task, description=self.stage, completed=done if done is not None else 0.0)
+                bar.refresh()
+                if self._stop.wait(self.poll_s):
+                    return
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
 
 
 def _baseline(text: str) -> dict[str, object]:
@@ -91,7 +257,7 @@ def _tightening_table(signals: dict[str, list[TighteningSignal]]) -> Table:
 
 
 def anomalies_command(
-    db: Annotated[Path, typer.Option("--db", help="DuckDB store file.", show_default=False)],
+    db: DbOption = None,
     metric: Annotated[list[str] | None, typer.Option(
         "--metric", help=f"Latency to scan (repeatable): {', '.join(ANOMALY_METRICS)}. (default: ttft)")] = None,
     baseline: Annotated[str, typer.Option(
@@ -108,6 +274,12 @@ def anomalies_command(
         "--tightening", help="Also evaluate the composite tightening rule (p99 rise, failure-rate slope and "
         "outcome-mix entropy must agree; docs/anomalies.md) on the first --metric.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (for scripts).")] = False,
+    engine: EngineOption = "duckdb",
+    url: UrlOption = None,
+    source: SourceOption = None,
+    memory_limit: MemoryLimitOption = None,
+    from_time: FromOption = None,
+    to_time: ToOption = None,
 ) -> None:
     """Find windows whose latency distribution moved away from a baseline (docs/anomalies.md).
 
@@ -118,7 +290,7 @@ def anomalies_command(
     and quantiles before and after.
     """
     from llmslo.analysis.anomaly import AnomalyConfig, detect_anomalies, detect_tightening
-    from llmslo.analysis.store import Store
+    from llmslo.analysis.engines import DuckDBEngine
 
     try:
         cfg = AnomalyConfig(window_s=_duration("window", window),
@@ -128,13 +300,18 @@ def anomalies_command(
     except (ValueError, LlmsloError) as exc:
         raise _fail(str(exc), 2) from None
     groups = tuple(s.strip() for s in by.split(",") if s.strip())
-    try:
-        with Store.open(db, read_only=True) as store:
-            report = detect_anomalies(store.con, cfg, metrics=tuple(metric or ["ttft"]), by=groups)
-            signals = (detect_tightening(store.con, anomaly=cfg, metric=(metric or ["ttft"])[0], by=groups)
-                       if tightening else {})
-    except LlmsloError as exc:
-        raise _fail(str(exc), 2 if isinstance(exc, ValueError) else 1) from None
+    if tightening and engine != "duckdb":
+        raise _fail("--tightening reads DuckDB stores and Parquet sources (--db, --source), not ClickHouse",
+                    EXIT_USAGE)
+    with opened_engine(db, engine, url, source, memory_limit, from_time, to_time) as summaries:
+        try:
+            report = detect_anomalies(summaries, cfg, metrics=tuple(metric or ["ttft"]), by=groups)
+            signals = {}
+            if tightening:
+                assert isinstance(summaries, DuckDBEngine)
+                signals = detect_tightening(summaries.con, anomaly=cfg, metric=(metric or ["ttft"])[0], by=groups)
+        except LlmsloError as exc:
+            raise _fail(str(exc), 2 if isinstance(exc, ValueError) else 1) from None
     if as_json:
         out_json = report.to_dict()
         if tightening:

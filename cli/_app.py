@@ -12,21 +12,36 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from llmslo import __version__
-from llmslo.cli._anomalies import anomalies_command
+from llmslo.cli._anomalies import (
+    DbOption,
+    EngineOption,
+    FromOption,
+    MemoryLimitOption,
+    QueryProgress,
+    SourceOption,
+    ToOption,
+    UrlOption,
+    anomalies_command,
+    opened_engine,
+)
 from llmslo.cli._common import EXIT_INPUT, EXIT_STATUS_HELP, EXIT_USAGE, err, shown
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import duration as _duration
 from llmslo.cli._common import fail as _fail
 from llmslo.cli._common import threshold as _threshold
+from llmslo.cli._dashboards import dashboards_app
 from llmslo.cli._drain import drain_app
 from llmslo.cli._gpu import gpu_app
 from llmslo.cli._help import GROUP_COLUMNS
 from llmslo.cli._import import import_command
+from llmslo.cli._load import load_command
 from llmslo.cli._rollout import rollout_app
 from llmslo.cli._rules import rules_app
 from llmslo.cli._scrape import scrape_command
+from llmslo.cli._serve import serve_command
 from llmslo.cli._telemetry import stream_sim_command
 from llmslo.cli._traces import trace_command
+from llmslo.cli._ui import app_command
 from llmslo.telemetry import COLUMNS, DEFAULT_TPOT_S, DEFAULT_TTFT_S, FINISH_REASONS, LlmsloError
 
 if TYPE_CHECKING:
@@ -137,7 +152,6 @@ _COLUMNS_HELP = "; ".join(
     for c in COLUMNS
 )
 
-DbOption = Annotated[Path, typer.Option("--db", help="DuckDB store file.", show_default=False)]
 TtftOption = Annotated[str | None, typer.Option(
     "--ttft", help=f"TTFT SLO (inclusive), e.g. 500ms, 2s; 'off' to ignore. (default: {DEFAULT_TTFT_S:g}s)")]
 TpotOption = Annotated[str | None, typer.Option(
@@ -160,27 +174,44 @@ CsvOption = Annotated[bool, typer.Option("--csv", help="Print one CSV row per gr
 def ingest(
     files: Annotated[list[Path], typer.Argument(help="JSONL (.jsonl/.ndjson/.json), CSV or Parquet files.",
                                                 show_default=False)],
-    db: DbOption,
+    db: DbOption = None,
     skip_invalid: Annotated[bool, typer.Option(
         "--skip-invalid",
         help="Load the valid rows; write rejected rows with reasons to FILE.rejected.jsonl.")] = False,
     as_json: JsonOption = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Never show a progress bar.")] = False,
+    engine: Annotated[str, typer.Option(
+        "--engine", help="duckdb (a store file, --db) or clickhouse (--url).")] = "duckdb",
+    url: UrlOption = None,
 ) -> None:
     """Validate request summaries and load them into the store (created if missing).
 
     Every row is checked before anything is written: types, finish reasons, negative or NaN
     intervals, ttft_s > e2e_s, sent_tokens > generated_tokens, a ttft_s without a generated token,
     duplicate request_id. One invalid row and nothing is loaded (unless --skip-invalid). Rows whose
-    request_id is already stored are skipped, so re-ingesting a file adds nothing.
+    request_id is already stored are skipped, so re-ingesting a file adds nothing. With --engine
+    clickhouse the same rules are checked before anything reaches ClickHouse (docs/fleet.md).
     """
-    from llmslo.analysis.store import InvalidInputError, Store
+    from llmslo.analysis.store import ClickHouseStore, InvalidInputError, Store, parse_clickhouse_url
 
+    if engine not in ("duckdb", "clickhouse"):
+        raise _fail(f"--engine: {engine!r} is not one of duckdb, clickhouse", EXIT_USAGE)
+    if engine == "clickhouse" and (url is None or db is not None):
+        raise _fail("--engine clickhouse takes the store as --url (not --db)", EXIT_USAGE)
+    if engine == "duckdb" and (db is None or url is not None):
+        raise _fail("give the store as --db FILE (or --engine clickhouse --url URL)", EXIT_USAGE)
+    try:
+        parsed = parse_clickhouse_url(url) if url is not None else None
+    except LlmsloError as exc:
+        raise _fail(str(exc), EXIT_USAGE) from None
     progress = _LazyProgress(not (no_progress or as_json))
     try:
-        with Store.open(db) as store:
+        store: Store | ClickHouseStore = (ClickHouseStore.open(parsed) if parsed is not None
+                                          else Store.open(db or Path()))
+        with store:
             reports = store.ingest_files(files, skip_invalid=skip_invalid, on_progress=progress)
             total = store.count()
+        where = store.url.shown if isinstance(store, ClickHouseStore) else str(db)
     except InvalidInputError as exc:
         raise _fail(str(exc)) from None
     except LlmsloError as exc:
@@ -192,7 +223,7 @@ def ingest(
         return
     out = _console()
     out.print(_ingest_table(reports))
-    out.print(f"store {shown(db)}: {total:,} request summaries", highlight=False)
+    out.print(f"store {shown(where)}: {total:,} request summaries", highlight=False)
     if any(r.rows_rejected for r in reports):
         err().print("[yellow]some rows were rejected; see the .rejected.jsonl files for the reasons[/yellow]")
     for note in filter(None, (r.conflict_note() for r in reports)):
@@ -202,18 +233,22 @@ def ingest(
 ingest.__doc__ = (ingest.__doc__ or "") + f"\n\nColumns: {_COLUMNS_HELP}."
 
 
-def _print_report(db: Path, spec: ReportSpec, as_json: bool, as_csv: bool) -> None:
+def _print_report(db: Path | None, spec: ReportSpec, as_json: bool, as_csv: bool, *, engine: str = "duckdb",
+                  url: str | None = None, source: str | None = None, memory_limit: str | None = None,
+                  from_time: str | None = None, to_time: str | None = None, progress: bool = False) -> None:
     if as_json and as_csv:
         raise _fail("choose one of --json and --csv", EXIT_USAGE)
     from llmslo.analysis.report import build_report
-    from llmslo.analysis.store import Store
     from llmslo.cli._render import render_report, report_csv
 
-    try:
-        with Store.open(db, read_only=True) as store:
-            report = build_report(store.con, spec)
-    except LlmsloError as exc:
-        raise _fail(str(exc)) from None
+    with opened_engine(db, engine, url, source, memory_limit, from_time, to_time) as summaries:
+        bar = QueryProgress(summaries, progress and not (as_json or as_csv))
+        try:
+            report = build_report(summaries, spec, on_progress=bar)
+        except LlmsloError as exc:
+            raise _fail(str(exc)) from None
+        finally:
+            bar.stop()
     if as_json:
         print(json.dumps(report.to_dict(), indent=2))
     elif as_csv:
@@ -224,7 +259,7 @@ def _print_report(db: Path, spec: ReportSpec, as_json: bool, as_csv: bool) -> No
 
 @app.command()
 def report(
-    db: DbOption,
+    db: DbOption = None,
     ttft: TtftOption = None,
     tpot: TpotOption = None,
     e2e: E2eOption = None,
@@ -237,6 +272,13 @@ def report(
     until: Annotated[float | None, typer.Option(
         "--until", help="Horizon, Unix seconds: report the requests that arrived by then; those that finished "
         "after it are in flight (default: when the data was taken, so no stored request is).")] = None,
+    engine: EngineOption = "duckdb",
+    url: UrlOption = None,
+    source: SourceOption = None,
+    memory_limit: MemoryLimitOption = None,
+    from_time: FromOption = None,
+    to_time: ToOption = None,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="Never show a progress bar.")] = False,
 ) -> None:
     """Latency distributions, goodput, survivor bias and token figures per group.
 
@@ -245,7 +287,11 @@ def report(
     check compares TTFT over successful requests with a censoring-aware (Kaplan-Meier) estimate in
     which requests that ended without a first token count as "at least that long".
 
-    Examples: llmslo report --db s.duckdb --ttft 2s --tpot 100ms --by model,version --window 5m
+    The summaries come from a DuckDB store (--db), the sink's Parquet files read out of core (--source,
+    --memory-limit) or ClickHouse (--engine clickhouse --url), the same report from each (docs/fleet.md).
+
+    Examples: llmslo report --db s.duckdb --ttft 2s --tpot 100ms --by model,version --window 5m;
+    llmslo report --source 'sink/**/*.parquet' --memory-limit 4GB --from 2026-01-01 --to 2026-01-02
     """
     from llmslo.analysis.report import ReportSpec
 
@@ -254,7 +300,8 @@ def report(
                           until_unix_s=until)
     except LlmsloError as exc:
         raise _fail(str(exc), EXIT_USAGE) from None
-    _print_report(db, spec, as_json, as_csv)
+    _print_report(db, spec, as_json, as_csv, engine=engine, url=url, source=source, memory_limit=memory_limit,
+                  from_time=from_time, to_time=to_time, progress=not no_progress)
 
 
 def _default_trace() -> Path | None:
@@ -281,6 +328,13 @@ def demo(
     tpot: TpotOption = None,
     by: ByOption = None,
     window: Annotated[str | None, typer.Option("--window", help="Report windows.")] = "5m",
+    live: Annotated[bool, typer.Option(
+        "--live", help="Run it for real instead (about 70 s): llmslo serve under llmslo load through a burst and "
+        "a SIGTERM drain, scraped by a real Prometheus with the rules of examples/live-slo.yaml (needs the "
+        "'serve' extra and Debian's prometheus).")] = False,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="With --live: the folder for the run's files (must not hold an earlier run; default: a "
+        "new llmslo-live-<time> folder here).", show_default=False)] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Simulate a server through an overload burst, load the summaries into a fresh store, report.
@@ -288,7 +342,17 @@ def demo(
     Arrivals and lengths come from the Azure production trace when it is available. During the
     burst the queue fills (429s) and waiting clients give up before their first token; TTFT over
     successful requests then looks healthy while the censoring-aware view shows the truth.
+
+    With --live the same story runs on real processes on 127.0.0.1: the reference server, the load
+    generator (calm, a burst, calm, then SIGTERM to the server while the load goes on) and a Prometheus
+    evaluating the generated alerts. It prints the finish reasons as the client, the server's summaries
+    and Prometheus counted them, the alerts that fired and resolved, and the drain.
     """
+    if live:
+        _demo_live(out, as_json)
+        return
+    if out is not None:
+        raise _fail("--out goes with --live", EXIT_USAGE)
     from llmslo.analysis.report import ReportSpec
     from llmslo.analysis.store import Store
     from llmslo.analysis.workload import simulate_demo_workload
@@ -323,6 +387,27 @@ def demo(
               highlight=False)
 
 
+def _demo_live(out: Path | None, as_json: bool) -> None:
+    from llmslo.cli._live import LiveRunError, print_live, run_live
+
+    folder = out if out is not None else Path(time.strftime("llmslo-live-%Y%m%d-%H%M%S"))
+    say = err() if as_json else _console()
+    try:
+        run = run_live(folder, prometheus_required=False,
+                       say=lambda line: say.print(shown(line), highlight=False, soft_wrap=True))
+    except LiveRunError as exc:
+        raise _fail(str(exc)) from None
+    if as_json:
+        print(json.dumps(run.to_dict(), indent=2, default=str))
+        return
+    print_live(run, _console())
+    from llmslo.analysis.report import ReportSpec
+
+    _console().print("the server's summaries in 10 s windows (the burst's windows are the ones to look at):",
+                     highlight=False)
+    _print_report(run.server_db, ReportSpec(_policy(None, None, None, "10s", "stop,length", False)), False, False)
+
+
 def _store_origin(db: Path) -> str | None:
     """The ``origin`` the store at ``db`` records (``demo`` for a demo store); ``None`` if it is no store."""
     from llmslo.analysis.store import Store, StoreError
@@ -343,6 +428,10 @@ app.add_typer(gpu_app, name="gpu")
 app.add_typer(rules_app, name="rules")
 app.add_typer(rollout_app, name="rollout")
 app.add_typer(drain_app, name="drain")
+app.command("serve")(serve_command)
+app.command("load")(load_command)
+app.command("app")(app_command)
+app.add_typer(dashboards_app, name="dashboards")
 
 
 def _version(value: bool) -> None:

@@ -18,7 +18,9 @@ printed as those characters, never as rich markup, an emoji, or a terminal escap
 from __future__ import annotations
 
 import functools
+import math
 import re
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import typer
@@ -137,3 +139,20 @@ def threshold(name: str, text: str | None, default: float | None) -> float | Non
         return parse_duration(text)
     except ValueError as exc:
         raise fail(f"--{name}: {exc}; to switch this SLO off, write --{name} {OFF}", EXIT_USAGE) from None
+
+
+def parse_time(option: str, text: str) -> float:
+    """Unix seconds from ``--OPTION``: a number of Unix seconds or an ISO 8601 time (UTC when it names no
+    offset); a bad value exits 2 naming the option."""
+    try:
+        value = float(text)
+    except ValueError:
+        try:
+            when = datetime.fromisoformat(text.strip())
+        except ValueError:
+            raise fail(f"--{option}: {text!r} is neither Unix seconds nor an ISO 8601 time "
+                       "(e.g. 1767225600 or 2026-01-01T00:00:00Z)", EXIT_USAGE) from None
+        return (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).timestamp()
+    if not math.isfinite(value):
+        raise fail(f"--{option}: must be a finite number of Unix seconds, got {text!r}", EXIT_USAGE)
+    return value

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from llmslo.cli._common import EXIT_INPUT, EXIT_USAGE, shown
+from llmslo.cli._common import EXIT_INPUT, EXIT_USAGE, parse_time, shown
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import duration as _duration
 from llmslo.cli._common import fail as _fail
@@ -117,6 +117,12 @@ def advise(
     budget: Annotated[str | None, typer.Option(
         "--budget", help="Evaluate this budget (e.g. 120s) instead of the recommended one.",
         show_default=False)] = None,
+    start: Annotated[str | None, typer.Option(
+        "--from", help="Only requests that arrived (and updates that started) at or after this time: Unix "
+        "seconds or ISO 8601 (UTC without an offset).", show_default=False)] = None,
+    end: Annotated[str | None, typer.Option(
+        "--to", help="Only requests that arrived (and updates that started) before this time, as --from.",
+        show_default=False)] = None,
     as_json: JsonOption = False,
 ) -> None:
     """The wait budget for a drain: the --quantile of the stored request durations, capped by --caller-timeout.
@@ -131,13 +137,17 @@ def advise(
     settle_s = _settle(settle)
     budget_s = _duration("budget", budget) if budget is not None else None
     _checked_options(quantile, batches)
+    lo = parse_time("from", start) if start is not None else None
+    hi = parse_time("to", end) if end is not None else None
+    if lo is not None and hi is not None and hi <= lo:
+        raise _fail(f"--to ({end}) must be after --from ({start})", EXIT_USAGE)
     from llmslo.analysis.rollout import advise_wait_budget
     from llmslo.analysis.store import Store
 
     try:
         with Store.open(db, read_only=True) as store:
             advice = advise_wait_budget(store.con, caller_timeout_s=timeout_s, quantile=quantile, batches=batches,
-                                        settle_s=settle_s, budget_s=budget_s)
+                                        settle_s=settle_s, budget_s=budget_s, from_unix_s=lo, to_unix_s=hi)
     except LlmsloError as exc:
         raise _fail(str(exc), EXIT_INPUT) from None
     if as_json:

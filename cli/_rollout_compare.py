@@ -8,14 +8,13 @@ reaches the terminal through :func:`shown`.
 from __future__ import annotations
 
 import json
-import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from llmslo.cli._common import EXIT_USAGE, shown
+from llmslo.cli._common import EXIT_USAGE, parse_time, shown
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import fail as _fail
 from llmslo.cli._common import threshold as _threshold
@@ -28,24 +27,7 @@ if TYPE_CHECKING:
     from llmslo.analysis.report import GoodputPolicy
     from llmslo.analysis.rollout import MetricComparison, VersionComparison, VersionOutcome
 
-__all__ = ["compare_command", "parse_time"]
-
-
-def parse_time(option: str, text: str) -> float:
-    """Unix seconds from ``--OPTION``: a number of Unix seconds or an ISO 8601 time (UTC when it names no
-    offset); a bad value exits 2 naming the option."""
-    try:
-        value = float(text)
-    except ValueError:
-        try:
-            when = datetime.fromisoformat(text.strip())
-        except ValueError:
-            raise _fail(f"--{option}: {text!r} is neither Unix seconds nor an ISO 8601 time "
-                        "(e.g. 1767225600 or 2026-01-01T00:00:00Z)", EXIT_USAGE) from None
-        return (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).timestamp()
-    if not math.isfinite(value):
-        raise _fail(f"--{option}: must be a finite number of Unix seconds, got {text!r}", EXIT_USAGE)
-    return value
+__all__ = ["compare_command"]
 
 
 def _policy(ttft: str | None, tpot: str | None, e2e: str | None, success: str, one_token_fails: bool

@@ -313,7 +313,19 @@ def test_drain_advise_prints_the_budget_and_its_json(worked_example: Path) -> No
     assert "recommended wait_budget_s: 110" in text.stdout and "update window: 375 s" in text.stdout
 
 
+def test_drain_advise_from_to_keeps_the_requests_that_arrived_in_the_window(worked_example: Path) -> None:
+    # Arrivals are 10 ms apart from 1_700_000_000: [+20 s, +40 s) holds 2,000 of the 20,000 requests.
+    argv = ["drain", "advise", "--db", str(worked_example), "--caller-timeout", "5m", "--json"]
+    whole = json.loads(runner.invoke(app, argv).stdout)
+    result = runner.invoke(app, [*argv, "--from", "1700000020", "--to", "2023-11-14T22:14:00Z"])
+    assert result.exit_code == 0, result.output
+    part = json.loads(result.stdout)
+    assert whole["overall"]["admitted"] == N
+    assert part["overall"]["admitted"] == 2_000
+
+
 @pytest.mark.parametrize(("extra", "option"), [
+    (["--from", "yesterday"], "--from"), (["--from", "20", "--to", "10"], "--to"),
     (["--quantile", "1.5"], "--quantile"), (["--batches", "0"], "--batches"), (["--settle", "-5s"], "--settle"),
     (["--caller-timeout", "soon"], "--caller-timeout"),
 ])

@@ -5,6 +5,9 @@
 :func:`arrivalless_imports`, :func:`stored_arrival_range` and :func:`check_window_count` say what the
 stored rows can support (imports without arrival times, arrival times that can be placed, how many
 windows); the anomaly scan uses them too.
+:class:`RowSelection` with :func:`selected_rows` narrows every reader on a connection to some rows (labels,
+an arrival range), :func:`store_contents` says what a store holds, and :func:`latency_ecdf` samples the
+empirical CDF of an interval (the app's filters, data page and curves).
 """
 
 from __future__ import annotations
@@ -51,6 +54,17 @@ from llmslo.analysis.report._report import (
     ReportSpec,
     build_report,
 )
+from llmslo.analysis.report._selection import (
+    LABEL_COLUMNS,
+    LabelCount,
+    RowSelection,
+    SelectedRows,
+    StoreContents,
+    TableRows,
+    selected_rows,
+    store_contents,
+)
+from llmslo.analysis.report._series import ECDF_MAX_POINTS, Ecdf, latency_ecdf
 from llmslo.analysis.report._survival import km_quantiles, quantile_label
 
 __all__ = [
@@ -64,11 +78,15 @@ __all__ = [
     "DEFAULT_TTFT_S",
     "DEFINITIONS",
     "Distribution",
+    "ECDF_MAX_POINTS",
+    "Ecdf",
     "GROUP_COLUMNS",
     "GoodputPolicy",
     "Group",
     "GroupRateBasis",
+    "LABEL_COLUMNS",
     "LATENCY_INTERVALS",
+    "LabelCount",
     "MAX_WINDOWS",
     "PlaceableRows",
     "QUANTILES",
@@ -76,8 +94,12 @@ __all__ = [
     "Report",
     "ReportDataError",
     "ReportSpec",
+    "RowSelection",
+    "SelectedRows",
+    "StoreContents",
     "SuccessOnlyTtft",
     "SurvivorBias",
+    "TableRows",
     "Tokens",
     "Totals",
     "Verdict",
@@ -87,7 +109,10 @@ __all__ = [
     "check_window_count",
     "id_prefix_sql",
     "km_quantiles",
+    "latency_ecdf",
     "placeable_rows",
     "quantile_label",
+    "selected_rows",
+    "store_contents",
     "stored_arrival_range",
 ]

@@ -18,8 +18,12 @@ from pathlib import Path
 
 import duckdb
 
-from llmslo.analysis.store import IMPORTS_TABLE, META_TABLE, SUMMARY_TABLE, table_names
+from llmslo.analysis.engines import Engine, as_engine
+from llmslo.analysis.store import IMPORTS_TABLE, META_TABLE, SUMMARY_TABLE
 from llmslo.telemetry import ConfigurationError, LlmsloError, format_duration
+
+Source = duckdb.DuckDBPyConnection | Engine
+"""What these functions read: a DuckDB connection (a store's ``con``) or an engine."""
 
 __all__ = [
     "ARRIVAL_MAX_UNIX_S",
@@ -64,7 +68,7 @@ class ArrivallessImport:
 
 
 def id_prefix_sql(column: str = "request_id") -> str:
-    """SQL of the part of ``column`` before the first ``#``: what joins a row to its import."""
+    """SQL (DuckDB's) of the part of ``column`` before the first ``#``: what joins a row to its import."""
     return f"split_part({column}, '#', 1)"
 
 
@@ -80,21 +84,16 @@ class _Record:
     legacy: bool
 
 
-def _columns(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
-    rows = con.sql("SELECT column_name FROM duckdb_columns() WHERE table_name = ?", params=[table]).fetchall()
-    return {str(r[0]) for r in rows}
-
-
-def _records(con: duckdb.DuckDBPyConnection) -> list[_Record]:
+def _records(engine: Engine) -> list[_Record]:
     """Every provenance record (with and without arrivals), from the imports table and older metadata."""
     out: list[_Record] = []
-    tables = table_names(con)
+    tables = engine.tables()
     if IMPORTS_TABLE in tables:
-        if "id_prefix" in _columns(con, IMPORTS_TABLE):
-            for prefix, source, arrivals, duration, note in con.sql(
+        if "id_prefix" in engine.columns(IMPORTS_TABLE):
+            for prefix, source, arrivals, duration, note in engine.tuples(
                 f"SELECT id_prefix, source, arrivals_available, run_duration_s, run_duration_note "
                 f"FROM {IMPORTS_TABLE} ORDER BY source"
-            ).fetchall():
+            ):
                 name = Path(str(source)).name
                 if prefix is None:  # recorded before the column existed: rows named "<file name>#<index>"
                     out.append(_Record(name.split("#", 1)[0], name, bool(arrivals), None, None, legacy=True))
@@ -102,15 +101,15 @@ def _records(con: duckdb.DuckDBPyConnection) -> list[_Record]:
                     out.append(_Record(str(prefix), name, bool(arrivals), None if duration is None else float(duration),
                                        None if note is None else str(note), legacy=False))
         else:  # before id_prefix: rows are named "<file name>#<index>"
-            for source, arrivals in con.sql(
+            for source, arrivals in engine.tuples(
                 f"SELECT source, arrivals_available FROM {IMPORTS_TABLE} ORDER BY source"
-            ).fetchall():
+            ):
                 name = Path(str(source)).name
                 out.append(_Record(name.split("#", 1)[0], name, bool(arrivals), None, None, legacy=True))
     if META_TABLE in tables:
-        for key, value in con.sql(
+        for key, value in engine.tuples(
             f"SELECT key, value FROM {META_TABLE} WHERE key LIKE 'import:%' ORDER BY key"
-        ).fetchall():
+        ):
             try:
                 meta = json.loads(value)
             except json.JSONDecodeError:
@@ -144,36 +143,39 @@ def _resolve(prefix: str, records: list[_Record]) -> ArrivallessImport:
     return ArrivallessImport(prefix, files, duration, None)
 
 
-def arrivalless_imports(con: duckdb.DuckDBPyConnection) -> dict[str, ArrivallessImport]:
+def arrivalless_imports(con: Source) -> dict[str, ArrivallessImport]:
     """The imports whose rows carry no arrival times, keyed by their rows' ``request_id`` prefix.
 
     Empty for a store without imports, or whose imports all recorded arrival times (then the rows need
-    no join with the provenance at all).
+    no join with the provenance at all). ``con``: a DuckDB connection or an engine.
     """
     by_prefix: dict[str, list[_Record]] = {}
-    for r in _records(con):
+    for r in _records(as_engine(con)):
         by_prefix.setdefault(r.prefix, []).append(r)
     return {prefix: _resolve(prefix, records) for prefix, records in sorted(by_prefix.items())
             if any(not r.arrivals for r in records)}
 
 
-def stored_arrival_range(con: duckdb.DuckDBPyConnection) -> tuple[float, float] | None:
+def stored_arrival_range(con: Source) -> tuple[float, float] | None:
     """``(first, last)`` stored ``arrival_unix_s`` (Unix seconds), None without rows.
 
     Raises :class:`ReportDataError`, naming up to three rows, when an arrival time is not a finite number
     between :data:`ARRIVAL_MIN_UNIX_S` and :data:`ARRIVAL_MAX_UNIX_S`: no window, span or calendar date
-    can be computed from it.
+    can be computed from it. ``con``: a DuckDB connection or an engine.
     """
-    bad = (f"(NOT isfinite(arrival_unix_s) OR arrival_unix_s < {ARRIVAL_MIN_UNIX_S!r} "
+    engine = as_engine(con)
+    d = engine.dialect
+    bad = (f"(NOT {d.is_finite('arrival_unix_s')} OR arrival_unix_s < {ARRIVAL_MIN_UNIX_S!r} "
            f"OR arrival_unix_s > {ARRIVAL_MAX_UNIX_S!r})")
-    lo, hi, n_bad = con.sql(
-        f"SELECT min(arrival_unix_s), max(arrival_unix_s), count_if({bad}) FROM {SUMMARY_TABLE}"
-    ).fetchall()[0]
+    lo, hi, n_bad = engine.tuples(
+        f"SELECT {d.min_of('arrival_unix_s')}, {d.max_of('arrival_unix_s')}, {d.count_if(bad)} "
+        f"FROM {engine.summaries}"
+    )[0]
     if n_bad:
-        examples = con.sql(
-            f"SELECT request_id, arrival_unix_s FROM {SUMMARY_TABLE} WHERE {bad} "
+        examples = engine.tuples(
+            f"SELECT request_id, arrival_unix_s FROM {engine.summaries} WHERE {bad} "
             "ORDER BY request_id LIMIT 3"
-        ).fetchall()
+        )
         shown = ", ".join(f"{rid!r} ({float(t)!r})" for rid, t in examples)
         raise ReportDataError(
             f"{SUMMARY_TABLE}.arrival_unix_s: {n_bad:,} row(s) hold an arrival time that is not Unix seconds "
@@ -197,26 +199,29 @@ class PlaceableRows:
     files: tuple[str, ...]
 
 
-def placeable_rows(con: duckdb.DuckDBPyConnection) -> PlaceableRows:
+def placeable_rows(con: Source) -> PlaceableRows:
     """The stored rows that can be placed in time (windows, periods), after checking every stored arrival.
 
     Raises :class:`ReportDataError` for an arrival time that cannot be placed at all
     (:func:`stored_arrival_range`). Rows that came from imports without arrival times are left out; no
-    join with the provenance is made when there are none.
+    join with the provenance is made when there are none. ``con``: a DuckDB connection or an engine (the
+    condition is then written in the engine's SQL, over its summaries).
     """
-    stored_arrival_range(con)
-    imports = arrivalless_imports(con)
+    engine = as_engine(con)
+    d = engine.dialect
+    stored_arrival_range(engine)
+    imports = arrivalless_imports(engine)
     if not imports:
         return PlaceableRows("TRUE", 0, ())
-    listed = ", ".join("'" + p.replace("'", "''") + "'" for p in imports)
-    keep = f"NOT (contains(request_id, '#') AND {id_prefix_sql()} IN ({listed}))"
-    (left_out,) = con.sql(f"SELECT count(*) FROM {SUMMARY_TABLE} WHERE NOT ({keep})").fetchall()[0]
+    listed = ", ".join(d.text(p) for p in imports)
+    keep = f"NOT ({d.contains_mark('request_id')} AND {d.id_prefix('request_id')} IN ({listed}))"
+    (left_out,) = engine.tuples(f"SELECT count(*) FROM {engine.summaries} WHERE NOT ({keep})")[0]
     files = tuple(sorted({f for i in imports.values() for f in i.files}))
     return PlaceableRows(keep, int(left_out), files)
 
 
 def check_window_count(
-    con: duckdb.DuckDBPyConnection,
+    con: Source,
     window_s: float,
     arrivals: tuple[float, float] | None,
     *,
@@ -229,7 +234,7 @@ def check_window_count(
     Cheap when the arrival range ``arrivals`` (Unix seconds, from :func:`stored_arrival_range`) spans at
     most :data:`MAX_WINDOWS` windows (returns that bound); otherwise the windows that hold a row are
     counted. Raises :class:`ConfigurationError` naming ``option`` and the count when they exceed
-    :data:`MAX_WINDOWS`.
+    :data:`MAX_WINDOWS`. ``con``: a DuckDB connection or an engine.
     """
     if arrivals is None:
         return 0
@@ -241,10 +246,12 @@ def check_window_count(
     spanned = math.floor(hi / window_s) - math.floor(lo / window_s) + 1
     if spanned <= MAX_WINDOWS:
         return spanned
-    where = "" if until_unix_s is None else f" WHERE arrival_unix_s <= CAST('{until_unix_s!r}' AS DOUBLE)"
-    (held,) = con.sql(
-        f"SELECT count(DISTINCT floor(arrival_unix_s / CAST('{window_s!r}' AS DOUBLE))) FROM {SUMMARY_TABLE}{where}"
-    ).fetchall()[0]
+    engine = as_engine(con)
+    d = engine.dialect
+    where = "" if until_unix_s is None else f" WHERE arrival_unix_s <= {d.double(until_unix_s)}"
+    (held,) = engine.tuples(
+        f"SELECT count(DISTINCT floor(arrival_unix_s / {d.double(window_s)})) FROM {engine.summaries}{where}"
+    )[0]
     if int(held) > MAX_WINDOWS:
         raise ConfigurationError(
             f"{option} {format_duration(window_s)} gives {int(held):,} windows over the stored arrivals "

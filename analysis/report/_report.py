@@ -17,6 +17,7 @@ from typing import Any
 
 import duckdb
 
+from llmslo.analysis.engines import Engine, as_engine
 from llmslo.analysis.report._model import (
     Accounting,
     Bucket,
@@ -54,7 +55,7 @@ from llmslo.analysis.report._sql import (
     finite,
 )
 from llmslo.analysis.report._survival import quantile_label
-from llmslo.analysis.store import IMPORTS_TABLE, META_TABLE, table_names
+from llmslo.analysis.store import IMPORTS_TABLE, META_TABLE
 from llmslo.telemetry import FINISH_REASONS, SCHEMA_VERSION, ConfigurationError, format_duration
 
 GROUP_COLUMNS: tuple[str, ...] = ("model", "version", "tenant_class", "finish_reason")
@@ -129,12 +130,13 @@ class ReportSpec:
 
 
 def build_report(
-    con: duckdb.DuckDBPyConnection,
+    con: duckdb.DuckDBPyConnection | Engine,
     spec: ReportSpec,
     *,
     on_progress: ProgressCallback | None = None,
 ) -> Report:
-    """Compute the report over the store open on ``con``.
+    """Compute the report over the store open on ``con``: a DuckDB connection (``Store.con``) or an
+    :class:`~llmslo.analysis.engines.Engine` (ClickHouse, partitioned Parquet); the same report either way.
 
     ``on_progress(stage)`` is called as each query starts. ``Report.to_dict()`` is the JSON of
     ``llmslo report --json``: ``policy``, ``until_unix_s`` (the horizon), ``rate_basis`` (window or data
@@ -147,11 +149,12 @@ def build_report(
     in time, and :class:`ConfigurationError` when the window gives more windows than a report holds.
     """
     policy = spec.policy
-    arrivals = stored_arrival_range(con)
+    engine = as_engine(con)
+    arrivals = stored_arrival_range(engine)
     if policy.window_s is not None:
-        check_window_count(con, policy.window_s, arrivals, until_unix_s=spec.until_unix_s)
-    imports = arrivalless_imports(con)
-    raw = fetch_raw(con, policy, spec.keys, until_unix_s=spec.until_unix_s, arrivalless=tuple(imports),
+        check_window_count(engine, policy.window_s, arrivals, until_unix_s=spec.until_unix_s)
+    imports = arrivalless_imports(engine)
+    raw = fetch_raw(engine, policy, spec.keys, until_unix_s=spec.until_unix_s, arrivalless=tuple(imports),
                     on_progress=on_progress)
     span = _span(raw, policy, spec.until_unix_s)
     bounds = {name: bucket_bounds(name, policy) for name in LATENCY_INTERVALS}
@@ -164,7 +167,7 @@ def build_report(
     good = sum(g.good for g in groups)
     settled = attempted - in_flight
     totals = Totals(raw.n_total, attempted, good, in_flight, good / settled if settled else None)
-    return Report(SCHEMA_VERSION, tuple(_import_caveats(con)), policy, spec.keys, rate_basis, DEFINITIONS,
+    return Report(SCHEMA_VERSION, tuple(_import_caveats(engine)), policy, spec.keys, rate_basis, DEFINITIONS,
                   totals, tuple(groups), spec.until_unix_s)
 
 
@@ -271,23 +274,23 @@ def _distribution(row: dict[str, Any] | None, alias: str, bounds: Sequence[float
                         (*buckets, Bucket("+Inf", count)))
 
 
-def _import_caveats(con: duckdb.DuckDBPyConnection) -> list[str]:
+def _import_caveats(engine: Engine) -> list[str]:
     """What imported rows cannot support, from the provenance that ``llmslo import`` recorded.
 
     Read from :data:`~llmslo.analysis.store.IMPORTS_TABLE`; a store written before that table existed
     kept the same facts as JSON under ``import:<file name>`` keys of its metadata table, read as well.
     """
-    tables = table_names(con)
+    tables = engine.tables()
     tools: set[str] = set()
     no_arrivals: list[str] = []
     if IMPORTS_TABLE in tables:
-        for tool, source, arrivals in con.sql(
+        for tool, source, arrivals in engine.tuples(
             f"SELECT tool, source, arrivals_available FROM {IMPORTS_TABLE} ORDER BY source"
-        ).fetchall():
+        ):
             tools.add(str(tool))
             if not arrivals:
                 no_arrivals.append(Path(str(source)).name)
-    for key, value in con.sql(f"SELECT key, value FROM {META_TABLE} WHERE key LIKE 'import:%' ORDER BY key").fetchall():
+    for key, value in engine.tuples(f"SELECT key, value FROM {META_TABLE} WHERE key LIKE 'import:%' ORDER BY key"):
         try:
             meta = json.loads(value)
         except json.JSONDecodeError:

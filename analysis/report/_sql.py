@@ -5,7 +5,12 @@ the main aggregate (counts, goodput, exact quantiles, bucket counts, token sums,
 where they exist the group's ITL distribution and censoring-aware (Kaplan–Meier) TTFT. Column names of
 those rows (``<interval>__count``, ``__mean``, ``__q``, ``__max``, ``__le<i>``; ``so__n``, ``so__q``;
 ``n``, ``n_events``, ``n_censored``, ``p50``…, ``max_censored_t``) are this module's vocabulary.
-Quantiles are exact (``quantile_cont``: linear interpolation between order statistics, numpy's default).
+Quantiles are exact (linear interpolation between order statistics, numpy's default).
+
+The SQL is written once per engine through :mod:`llmslo.analysis.engines`: :func:`fetch_raw` takes a DuckDB
+connection (as it always did) or an :class:`~llmslo.analysis.engines.Engine`, and every primitive that the
+engines write differently comes from the engine's :class:`~llmslo.analysis.engines.Dialect` (on DuckDB the
+text is the same as before).
 """
 
 from __future__ import annotations
@@ -17,8 +22,8 @@ from typing import Any
 
 import duckdb
 
+from llmslo.analysis.engines import Dialect, Engine, as_engine, km_quantiles_by_group_sql
 from llmslo.analysis.report._policy import GoodputPolicy
-from llmslo.analysis.report._provenance import id_prefix_sql
 from llmslo.analysis.report._survival import (
     inverse_cdf_max_n,
     km_quantiles_by_id_sql,
@@ -26,7 +31,7 @@ from llmslo.analysis.report._survival import (
     quantile_label,
 )
 from llmslo.analysis.store import SUMMARY_TABLE
-from llmslo.telemetry import DEFAULT_BUCKETS_S, FINISH_REASONS, TPOT_SQL
+from llmslo.telemetry import DEFAULT_BUCKETS_S, FINISH_REASONS, TPOT_SQL, ConfigurationError
 
 __all__ = [
     "finite",
@@ -75,10 +80,6 @@ class RawReport:
         return tuple(row[k] for k in self.keys)
 
 
-def _lit(x: float) -> str:
-    return f"CAST('{x!r}' AS DOUBLE)"
-
-
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -97,7 +98,8 @@ def bucket_bounds(interval: str, policy: GoodputPolicy) -> tuple[float, ...]:
 
 
 def _base_sql(policy: GoodputPolicy, until_unix_s: float | None = None,
-              arrivalless: Sequence[str] = ()) -> str:
+              arrivalless: Sequence[str] = (), dialect: Dialect | None = None,
+              summaries: str = SUMMARY_TABLE) -> str:
     """Every summary row plus ``tpot_s_derived`` (:data:`TPOT_SQL`, seconds), ``__good`` (the policy's
     rule), ``__in_flight``, with windows :data:`WINDOW_KEY` (Unix seconds), and with ``arrivalless``
     prefixes ``__import``: the prefix of a row that came from an import without arrival times, else NULL.
@@ -106,24 +108,23 @@ def _base_sql(policy: GoodputPolicy, until_unix_s: float | None = None,
     (Unix seconds) only rows that arrived by then are kept, and a row is in flight when it finished after
     it (``arrival_unix_s + e2e_s > until_unix_s``); without one, every stored row has reached its terminal
     state and none is in flight. ``__import`` comes from a join with the (few) prefixes, made only when
-    there are some.
+    there are some (:meth:`Dialect.tag_imports`). ``summaries`` is the relation read (the table, or a
+    subquery of it over a time range).
     """
+    d = dialect or Dialect()
     cols = [policy.good_sql().replace(f"({TPOT_SQL})", "tpot_s_derived") + " AS __good"]
     # (the rule's TPOT condition reads the derived column, computed once per row: the same expression)
     w = policy.window_s
     if w is not None:
-        cols.append(f"floor(arrival_unix_s / {_lit(w)}) * {_lit(w)} AS {WINDOW_KEY}")
+        cols.append(f"floor(arrival_unix_s / {d.double(w)}) * {d.double(w)} AS {WINDOW_KEY}")
     if until_unix_s is None:
         cols.append("FALSE AS __in_flight")
     else:
-        cols.append(f"coalesce(arrival_unix_s + e2e_s > {_lit(until_unix_s)}, FALSE) AS __in_flight")
-    source = f"(SELECT *, {TPOT_SQL} AS tpot_s_derived FROM {SUMMARY_TABLE}) AS __summaries"
+        cols.append(f"coalesce(arrival_unix_s + e2e_s > {d.double(until_unix_s)}, FALSE) AS __in_flight")
+    source = f"(SELECT *, {TPOT_SQL} AS tpot_s_derived FROM {summaries}) AS __summaries"
     if arrivalless:
-        # the guard spares split_part on ids without '#' (live rows), about half the join's cost on 10M rows
-        values = ", ".join(f"({_text(p)})" for p in arrivalless)
-        prefix = f"CASE WHEN contains(__summaries.request_id, '#') THEN {id_prefix_sql('__summaries.request_id')} END"
-        source += f" LEFT JOIN (VALUES {values}) AS __imports(__import) ON {prefix} = __imports.__import"
-    where = f" WHERE arrival_unix_s <= {_lit(until_unix_s)}" if until_unix_s is not None else ""
+        source = d.tag_imports(source, arrivalless)
+    where = f" WHERE arrival_unix_s <= {d.double(until_unix_s)}" if until_unix_s is not None else ""
     return f"SELECT *, {', '.join(cols)} FROM {source}{where}"
 
 
@@ -151,28 +152,76 @@ class _Query:
                 f"{order}")
 
 
-def _add_distribution(query: _Query, expr: str, alias: str, bounds: Sequence[float]) -> None:
-    """Mean, exact quantiles (``quantile_cont``: linear interpolation), max, count and cumulative bucket
-    counts (``<alias>__le<i>``: values ``<= bound i``) of ``expr`` (seconds).
+@dataclass(frozen=True)
+class _Holistic:
+    """An aggregate that holds every value of its group in memory (exact quantiles): its SQL, the alias of its
+    result, and the alias of the count of values it reads (for the memory estimate)."""
 
-    The buckets come from one ``histogram(expr, bounds)`` (a MAP bound -> values in ``(previous bound,
-    bound]``, ``inf`` for the rest), summed up in the projection: the same integers as ``count(expr)``
-    and one ``count_if(expr <= bound)`` per bound for finite values (the store holds no others), for
-    less (DuckDB 2.0, 10M rows: about 0.8 s of CPU against 1.25 s for the five intervals), and returned
-    as plain integers (a MAP costs more to convert to Python than the query to run, with many groups).
+    aggregate: str
+    alias: str
+    count_alias: str
+
+
+HOLISTIC_BYTES_PER_VALUE = 16
+"""What DuckDB holds per value of an exact quantile (8 bytes, in a vector that may grow to twice its size)."""
+
+
+def _add_distribution(query: _Query, dialect: Dialect, expr: str, alias: str, bounds: Sequence[float],
+                      deferred: list[_Holistic] | None = None) -> None:
+    """Mean, exact quantiles at :data:`QUANTILES`, max, count and cumulative bucket counts
+    (``<alias>__le<i>``: values ``<= bound i``) of ``expr`` (seconds), as the engine writes them
+    (:meth:`Dialect.distribution`). With ``deferred`` the quantiles are left out of ``query`` and listed
+    there, to run apart (:func:`_run_holistic`)."""
+    inner, outer = dialect.distribution(expr, alias, bounds, QUANTILES, with_quantiles=deferred is None)
+    query.inner += inner
+    query.outer += outer
+    if deferred is not None:
+        deferred.append(_Holistic(dialect.exact_quantiles(expr, QUANTILES), f"{alias}__q", f"{alias}__count"))
+
+
+def _run_holistic(engine: Engine, source: str, keys: tuple[str, ...], rows: list[dict[str, Any]],
+                  specs: Sequence[_Holistic], budget_bytes: int) -> None:
+    """Compute ``specs`` over ``source`` grouped by ``keys`` and put their results into ``rows`` (matched by key).
+
+    An exact quantile holds every value it reads in memory and DuckDB does not spill it; so that a report
+    stays under the engine's memory limit, the aggregates are packed into as few queries as fit
+    ``budget_bytes`` (estimated as :data:`HOLISTIC_BYTES_PER_VALUE` per value, from the counts in ``rows``),
+    one at least per query. Raises :class:`~llmslo.telemetry.ConfigurationError` naming ``--memory-limit``
+    when one of them alone does not fit DuckDB's limit.
     """
-    qs = ", ".join(repr(q) for q in QUANTILES)
-    query.add(f"avg({expr})", f"{alias}__mean")
-    query.add(f"quantile_cont({expr}, [{qs}])", f"{alias}__q")
-    query.add(f"max({expr})", f"{alias}__max")
-    hist = _quote(f"{alias}__hist")
-    query.inner.append(f"histogram({expr}, [{', '.join(_lit(b) for b in bounds)}]) AS {hist}")
-    previous = ""
-    for i, b in enumerate(bounds):
-        name = _quote(f"{alias}__le{i}")
-        query.outer.append(f"{previous}coalesce({hist}[{_lit(b)}], 0) AS {name}")
-        previous = f"{name} + "
-    query.outer.append(f"coalesce(list_sum(map_values({hist})), 0) AS {_quote(f'{alias}__count')}")
+    for row in rows:
+        for spec in specs:
+            row.setdefault(spec.alias, None)
+    if not rows or not specs:
+        return
+    batches: list[list[tuple[_Holistic, int]]] = [[]]
+    held = 0
+    for spec in specs:
+        need = HOLISTIC_BYTES_PER_VALUE * sum(int(r.get(spec.count_alias) or 0) for r in rows)
+        if batches[-1] and held + need > budget_bytes:
+            batches.append([])
+            held = 0
+        batches[-1].append((spec, need))
+        held += need
+    by_key = {tuple(r[k] for k in keys): r for r in rows}
+    for batch in batches:
+        q = _Query()
+        for spec, _ in batch:
+            q.add(spec.aggregate, spec.alias)
+        try:
+            found = engine.rows(q.sql(keys, source))
+        except duckdb.OutOfMemoryException:
+            need = sum(n for _, n in batch)
+            names = ", ".join(spec.alias.removesuffix("__q") for spec, _ in batch)
+            raise ConfigurationError(
+                f"--memory-limit: the exact quantiles of {names} hold about {need / 2**30:.1f} GiB of values, more "
+                "than DuckDB's memory limit leaves for them (exact quantiles are held in memory, not spilled): "
+                "raise --memory-limit, report a shorter --from/--to range, or use ClickHouse"
+            ) from None
+        for r in found:
+            target = by_key.get(tuple(r[k] for k in keys))
+            if target is not None:
+                target.update({spec.alias: r[spec.alias] for spec, _ in batch})
 
 
 def finite(value: Any) -> float | None:
@@ -183,34 +232,28 @@ def finite(value: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
-    rel = con.sql(sql, params=params) if params is not None else con.sql(sql)
-    names = list(rel.columns)
-    return [dict(zip(names, r, strict=True)) for r in rel.fetchall()]
-
-
 _INTERVAL_EXPR: dict[str, str] = {"ttft_s": "ttft_s", "tpot_s": "tpot_s_derived", "e2e_s": "e2e_s",
                                   "queue_s": "queue_s", "client_ttft_s": "client_ttft_s"}
 """The main aggregate's expression of each interval (over :func:`_base_sql`); ``itl_s`` has its own pass."""
 ADMITTED = "finish_reason <> 'rejected'"
 """A row the censoring-aware TTFT counts: admitted (every finish reason but ``rejected``)."""
-_PRESENCE: dict[str, str] = {
-    "ttft_s": "ttft_s IS NOT NULL",
-    "tpot_s": "generated_tokens > 1 AND ttft_s IS NOT NULL AND last_token_s IS NOT NULL",  # TPOT_SQL non-null
-    "e2e_s": "e2e_s IS NOT NULL",
-    "queue_s": "queue_s IS NOT NULL",
-    "client_ttft_s": "client_ttft_s IS NOT NULL",
-    "itl_s": "itl_s IS NOT NULL",
-}
-"""What the pre-pass asks of the summary table: does a row exist where this holds?"""
+def _presence(dialect: Dialect) -> dict[str, str]:
+    """What the pre-pass asks of the summary table: does a row exist where this holds?"""
+    return {
+        "ttft_s": "ttft_s IS NOT NULL",
+        "tpot_s": "generated_tokens > 1 AND ttft_s IS NOT NULL AND last_token_s IS NOT NULL",  # TPOT_SQL non-null
+        "e2e_s": "e2e_s IS NOT NULL",
+        "queue_s": "queue_s IS NOT NULL",
+        "client_ttft_s": "client_ttft_s IS NOT NULL",
+        "itl_s": dialect.has_elements("itl_s"),
+    }
 
 
-def _presence_sql() -> str:
-    """One row of booleans, one per :data:`_PRESENCE` entry. Each ``EXISTS`` stops at the first matching
-    row, and DuckDB skips row groups whose statistics say a column is all null, so the pre-pass costs
-    milliseconds where a ``count()`` would scan every row."""
-    probes = (f"EXISTS (SELECT 1 FROM {SUMMARY_TABLE} WHERE {cond}) AS {name}" for name, cond in _PRESENCE.items())
-    return f"SELECT {', '.join(probes)}"
+def _presence_sql(dialect: Dialect, summaries: str = SUMMARY_TABLE) -> str:
+    """One row of booleans, one per :func:`_presence` entry (:meth:`Dialect.presence`). Each DuckDB ``EXISTS``
+    stops at the first matching row, and DuckDB skips row groups whose statistics say a column is all null,
+    so the pre-pass costs milliseconds where a ``count()`` would scan every row."""
+    return dialect.presence(_presence(dialect), summaries)
 
 
 def _empty_distribution(alias: str, bounds: Sequence[float]) -> dict[str, Any]:
@@ -226,7 +269,7 @@ def _match(keys: Sequence[str], left: str, right: str) -> str:
 
 
 def fetch_raw(
-    con: duckdb.DuckDBPyConnection,
+    con: duckdb.DuckDBPyConnection | Engine,
     policy: GoodputPolicy,
     keys: tuple[str, ...],
     *,
@@ -234,7 +277,8 @@ def fetch_raw(
     arrivalless: Sequence[str] = (),
     on_progress: ProgressCallback | None = None,
 ) -> RawReport:
-    """Run the report's queries over the store open on ``con``, grouped by ``keys`` (columns, and
+    """Run the report's queries over the store open on ``con`` (a DuckDB connection or an engine), grouped by
+    ``keys`` (columns, and
     :data:`WINDOW_KEY` when the policy has a window), at the horizon ``until_unix_s`` (Unix seconds;
     None: when the data was taken, so no stored row is in flight), telling apart the rows whose
     ``request_id`` prefix is one of ``arrivalless`` (imports without arrival times).
@@ -255,87 +299,126 @@ def fetch_raw(
     4. only when some group has censored rows, Kaplan–Meier by the ranking method over the admitted
        rows of those groups, and of no other group (:func:`_censoring_aware`).
 
+    On an engine without the ``quantile_disc`` shortcut (ClickHouse), step 2 computes no inverse CDF and
+    step 4 runs for every group with admitted rows (one array per group: see
+    :func:`~llmslo.analysis.engines.km_quantiles_by_group_sql`).
+
     The finish reasons are the closed set and never null (the store's contract); bucket counts assume
     finite values (the store holds no others).
     """
-    base = _base_sql(policy, until_unix_s, arrivalless)
+    engine = as_engine(con)
+    d = engine.dialect
+    text = d.text
+    base = _base_sql(policy, until_unix_s, arrivalless, d, engine.summaries)
     bounds = {name: bucket_bounds(name, policy) for name in LATENCY_INTERVALS}
-    present: dict[str, bool] = dict(zip(_PRESENCE, con.sql(_presence_sql()).fetchall()[0], strict=True))
+    probes = _presence(d)
+    present = {k: bool(v) for k, v in zip(probes, engine.tuples(_presence_sql(d, engine.summaries))[0], strict=True)}
+    budget = engine.holistic_budget_bytes
+    if budget is not None:
+        # every exact quantile inside the main aggregate, unless together they could exceed the budget (an upper
+        # bound: every row holds a value of every one of them)
+        (rows,) = engine.tuples(f"SELECT count(*) FROM {engine.summaries}")[0]
+        if HOLISTIC_BYTES_PER_VALUE * int(rows) * (sum(present.values()) + 2) <= budget:
+            budget = None
 
     if on_progress:
         on_progress("aggregating")
     horizon = until_unix_s is not None  # only a horizon before a row's finish makes it in flight
     # Grouped by finish reason, a group's rows all have its reason: successful or not, admitted or not.
     by_reason = "finish_reason" in keys
-    success = ", ".join(_text(r) for r in sorted(policy.success))
+    success = ", ".join(text(r) for r in sorted(policy.success))
     good = "__good AND NOT __in_flight" if horizon else "__good"
     q = _Query()
     filled: dict[str, Any] = {}
     q.add("count(*)", "attempted")
     if horizon:
-        q.add("coalesce(count_if(__in_flight), 0)", "in_flight")
+        q.add(d.count_if("__in_flight"), "in_flight")
     else:
         q.outer.append("0 AS in_flight")
-    q.add(f"coalesce(count_if({good}), 0)", "good")
-    q.add(f"coalesce(sum(CASE WHEN {good} THEN generated_tokens END), 0)", "good_generated_tokens")
-    q.add(f"coalesce(count_if({good} AND generated_tokens <= 1), 0)", "good_one_token")
-    q.add("coalesce(count_if(generated_tokens = 1), 0)", "one_token_replies")
+    q.add(d.count_if(good), "good")
+    q.add(d.sum_where("generated_tokens", good), "good_generated_tokens")
+    q.add(d.count_if(f"{good} AND generated_tokens <= 1"), "good_one_token")
+    q.add(d.count_if("generated_tokens = 1"), "one_token_replies")
     # settled requests per finish reason (from the group key when it is one), and the rejected ones,
     # settled or not, to count the admitted
     if by_reason:
-        q.outer += [f"CASE WHEN finish_reason = {_text(r)} THEN attempted - in_flight ELSE 0 END AS "
+        q.outer += [f"CASE WHEN finish_reason = {text(r)} THEN attempted - in_flight ELSE 0 END AS "
                     f"{_quote('n_' + r)}" for r in FINISH_REASONS]
         q.outer.append("CASE WHEN finish_reason = 'rejected' THEN attempted ELSE 0 END AS __rejected")
     else:
         settled = "NOT __in_flight AND " if horizon else ""
         for r in FINISH_REASONS:
-            q.add(f"coalesce(count_if({settled}finish_reason = {_text(r)}), 0)", f"n_{r}")
+            q.add(d.count_if(f"{settled}finish_reason = {text(r)}"), f"n_{r}")
         if horizon:
-            q.add("coalesce(count_if(finish_reason = 'rejected'), 0)", "__rejected")
+            q.add(d.count_if("finish_reason = 'rejected'"), "__rejected")
         else:
             q.outer.append('"n_rejected" AS __rejected')
     if arrivalless:
         q.add("count(__import)", "no_arrival_rows")
-        q.add("list(DISTINCT __import ORDER BY __import) FILTER (WHERE __import IS NOT NULL)", "no_arrival_imports")
-        q.add("min(arrival_unix_s) FILTER (WHERE __import IS NULL)", "__span_from")
-        q.add("max(arrival_unix_s + e2e_s) FILTER (WHERE __import IS NULL)", "__span_to")
+        q.add(d.distinct_sorted("__import"), "no_arrival_imports")
+        q.add(d.min_where("arrival_unix_s", "__import IS NULL"), "__span_from")
+        q.add(d.max_where("arrival_unix_s + e2e_s", "__import IS NULL"), "__span_to")
     else:
         filled.update({"no_arrival_rows": 0, "no_arrival_imports": []})
-        q.add("min(arrival_unix_s)", "__span_from")
-        q.add("max(arrival_unix_s + e2e_s)", "__span_to")
+        q.add(d.min_of("arrival_unix_s"), "__span_from")
+        q.add(d.max_of("arrival_unix_s + e2e_s"), "__span_to")
     for c in TOKEN_COUNTS:
         q.add(f"coalesce(sum({c}), 0)", f"sum_{c}")
     q.add("coalesce(sum(generated_tokens - sent_tokens), 0)", "waste")
+    deferred: list[_Holistic] | None = [] if budget is not None else None
+    so_from_ttft = False
     for name, expr in _INTERVAL_EXPR.items():
         if present[name]:
-            _add_distribution(q, expr, name, bounds[name])
+            _add_distribution(q, d, expr, name, bounds[name], deferred)
         else:
             filled.update(_empty_distribution(name, bounds[name]))
     if present["ttft_s"]:
+        successful = f"finish_reason IN ({success})"
         if by_reason and set(SURVIVOR_QUANTILES) <= set(QUANTILES):
             # the success-only TTFT of a successful group is its TTFT distribution (the same
             # quantile_cont values), and of any other group empty
-            successful = f"finish_reason IN ({success})"
             q.outer.append(f"CASE WHEN {successful} THEN ttft_s__count ELSE 0 END AS so__n")
             picks = ", ".join(f"ttft_s__q[{QUANTILES.index(sq) + 1}]" for sq in SURVIVOR_QUANTILES)
-            q.outer.append(f"CASE WHEN {successful} AND ttft_s__q IS NOT NULL THEN [{picks}] END AS so__q")
+            if deferred is None:
+                q.outer.append(f"CASE WHEN {successful} AND ttft_s__q IS NOT NULL THEN [{picks}] END AS so__q")
+            else:
+                so_from_ttft = True
         else:
-            sq = ", ".join(repr(x) for x in SURVIVOR_QUANTILES)
-            q.add(f"count(ttft_s) FILTER (WHERE finish_reason IN ({success}))", "so__n")
-            q.add(f"quantile_cont(ttft_s, [{sq}]) FILTER (WHERE finish_reason IN ({success}))", "so__q")
+            q.add(d.count_where("ttft_s", successful), "so__n")
+            so_q = d.exact_quantiles("ttft_s", SURVIVOR_QUANTILES, successful)
+            if deferred is None:
+                q.add(so_q, "so__q")
+            else:
+                deferred.append(_Holistic(so_q, "so__q", "so__n"))
         # Kaplan-Meier without censoring = inverse empirical CDF over the admitted rows, exactly
         # (DECIMAL fractions: DuckDB computes the index ceil(n q) - 1 in integer arithmetic).
-        dq = ", ".join(quantile_decimal(x) for x in SURVIVOR_QUANTILES)
-        admitted_only = "" if by_reason else f" FILTER (WHERE {ADMITTED})"
-        q.add(f"quantile_disc(ttft_s, [{dq}]){admitted_only}", "__inverse_cdf_q")
+        if d.inverse_cdf_shortcut:
+            dq = ", ".join(quantile_decimal(x) for x in SURVIVOR_QUANTILES)
+            admitted_only = "" if by_reason else f" FILTER (WHERE {ADMITTED})"
+            disc = f"quantile_disc(ttft_s, [{dq}]){admitted_only}"
+            if deferred is None:
+                q.add(disc, "__inverse_cdf_q")
+            else:
+                deferred.append(_Holistic(disc, "__inverse_cdf_q", "__admitted_ttft"))
+        else:
+            q.outer.append("NULL AS __inverse_cdf_q")
         if by_reason:
             q.outer.append("ttft_s__count AS __admitted_ttft")
         else:
-            q.add(f"count(ttft_s){admitted_only}", "__admitted_ttft")  # the same filter
+            q.add(d.count_where("ttft_s", ADMITTED), "__admitted_ttft")  # the same filter
     else:
         filled.update({"so__n": 0, "so__q": None})
         q.outer += ["NULL AS __inverse_cdf_q", "0 AS __admitted_ttft"]
-    main = _rows(con, q.sql(keys, base))
+    main = engine.rows(q.sql(keys, base))
+    if deferred is not None and budget is not None:
+        if on_progress:
+            on_progress("exact quantiles")
+        _run_holistic(engine, base, keys, main, deferred, budget)
+        if so_from_ttft:
+            positions = [QUANTILES.index(sq) for sq in SURVIVOR_QUANTILES]
+            for row in main:
+                ok = row["finish_reason"] in policy.success and row.get("ttft_s__q") is not None
+                row["so__q"] = [row["ttft_s__q"][i] for i in positions] if ok else None
 
     n_total = 0
     span_from: float | None = None
@@ -360,12 +443,17 @@ def fetch_raw(
         if on_progress:
             on_progress("inter-token latency")
         itl = _Query()
-        _add_distribution(itl, "g", "itl_s", bounds["itl_s"])
-        gaps = f"SELECT {', '.join([*keys, 'unnest(itl_s) AS g'])} FROM ({base}) WHERE itl_s IS NOT NULL"
-        for itl_row in _rows(con, itl.sql(keys, gaps)):
+        itl_deferred: list[_Holistic] | None = [] if budget is not None else None
+        _add_distribution(itl, d, "g", "itl_s", bounds["itl_s"], itl_deferred)
+        gaps = (f"SELECT {', '.join([*keys, d.unnest('itl_s') + ' AS g'])} FROM ({base}) "
+                f"WHERE {d.has_elements('itl_s')}")
+        found = engine.rows(itl.sql(keys, gaps))
+        if itl_deferred is not None and budget is not None:
+            _run_holistic(engine, gaps, keys, found, itl_deferred, budget)
+        for itl_row in found:
             itl_rows[tuple(itl_row[k] for k in keys)] = itl_row
 
-    km = _censoring_aware(con, base, keys, admitted_groups, on_progress)
+    km = _censoring_aware(engine, base, keys, admitted_groups, on_progress)
     return RawReport(keys, n_total, finite(span_from), finite(span_to), main, itl_rows, km)
 
 
@@ -409,7 +497,7 @@ def _in_list(key: str, values: Sequence[Any]) -> str | None:
 
 
 def _censoring_aware(
-    con: duckdb.DuckDBPyConnection,
+    engine: Engine,
     base: str,
     keys: tuple[str, ...],
     admitted: dict[Key, _AdmittedGroup],
@@ -425,13 +513,17 @@ def _censoring_aware(
     i-th of them gets the INTEGER id i (the window's partition key), its key values travel as the i-th
     elements of list parameters, and each text key column also filters the scan by the values it takes
     among them (a superset DuckDB pushes into the scan; the join on all keys then picks the rows).
+
+    An engine without the shortcut (ClickHouse) answers every admitted group by
+    :func:`~llmslo.analysis.engines.km_quantiles_by_group_sql`: one query grouped by the keys.
     """
     labels = [quantile_label(q) for q in SURVIVOR_QUANTILES]
     max_n = inverse_cdf_max_n(SURVIVOR_QUANTILES)
+    shortcut = engine.dialect.inverse_cdf_shortcut
     km: dict[Key, dict[str, Any]] = {}
     ranked: list[Key] = []
     for key, g in admitted.items():
-        if g.n_censored or g.n >= max_n:
+        if g.n_censored or g.n >= max_n or not shortcut:
             ranked.append(key)
             continue
         quantiles = g.inverse_cdf if g.inverse_cdf is not None else [None] * len(labels)
@@ -441,6 +533,16 @@ def _censoring_aware(
         return km
     if on_progress:
         on_progress("censoring-aware TTFT")
+    fields = ("n", "n_events", "n_censored", *labels, "max_censored_t")
+    if not shortcut:
+        wanted = set(ranked)
+        source = (f"SELECT {''.join(f'{k}, ' for k in keys)}coalesce(ttft_s, e2e_s) AS t, ttft_s IS NOT NULL AS event "
+                  f"FROM ({base}) AS b WHERE {ADMITTED}")
+        for r in engine.rows(km_quantiles_by_group_sql(source, keys, SURVIVOR_QUANTILES, labels)):
+            key = tuple(r[k] for k in keys)
+            if key in wanted:
+                km[key] = {**dict(zip(keys, key, strict=True)), **{c: r[c] for c in fields}}
+        return km
     # group i gets id i; its key values are the i-th elements of list parameters, read over range(n) so
     # that DuckDB knows how many groups there are (with unnest(?) it guesses one, and then builds its
     # hash join on the wrong side when the ranks are read back)
@@ -452,13 +554,12 @@ def _censoring_aware(
         f"SELECT g._km_gid, coalesce(b.ttft_s, b.e2e_s) AS t, b.ttft_s IS NOT NULL AS event "
         f"FROM ({base}) AS b JOIN _km_g AS g ON {_match(keys, 'b', 'g')} WHERE {' AND '.join(where)}"
     )
-    fields = ("n", "n_events", "n_censored", *labels, "max_censored_t")
     sql = (
         f"WITH _km_g AS MATERIALIZED (SELECT {ids} FROM range({len(ranked)}) AS _km_range(_km_i)),\n"
         f"_km_res AS ({km_quantiles_by_id_sql(source, SURVIVOR_QUANTILES)})\n"
         f"SELECT _km_gid, {', '.join(fields)} FROM _km_res"
     )
-    for r in _rows(con, sql, columns) if columns else _rows(con, sql):
+    for r in engine.rows(sql, columns) if columns else engine.rows(sql):
         key = ranked[int(r["_km_gid"])]
         km[key] = {**dict(zip(keys, key, strict=True)), **{c: r[c] for c in fields}}
     return km

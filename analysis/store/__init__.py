@@ -10,6 +10,21 @@ from llmslo.analysis._extra import require
 
 require("llmslo.analysis.store", "duckdb", "pyarrow")
 
+from llmslo.analysis.store._clickhouse import (
+    ClickHouseStore,
+    clickhouse_meta_ddl,
+    clickhouse_summary_ddl,
+    clickhouse_type,
+)
+from llmslo.analysis.store._clickhouse_client import (
+    DEFAULT_DATABASE,
+    ClickHouseClient,
+    ClickHouseError,
+    ClickHouseUrl,
+    connect_clickhouse,
+    parse_clickhouse_url,
+)
+from llmslo.analysis.store._clickhouse_writer import ClickHouseSummaryWriter
 from llmslo.analysis.store._schema import (
     IMPORTS_TABLE,
     META_TABLE,
@@ -34,6 +49,12 @@ from llmslo.analysis.store._validation import (
 __all__ = [
     "ARRIVAL_MAX_AHEAD_S",
     "ARRIVAL_MIN_UNIX_S",
+    "ClickHouseClient",
+    "ClickHouseError",
+    "ClickHouseStore",
+    "ClickHouseSummaryWriter",
+    "ClickHouseUrl",
+    "DEFAULT_DATABASE",
     "DuckDBSummaryWriter",
     "IMPORTS_TABLE",
     "INTERVAL_MAX_S",
@@ -48,8 +69,13 @@ __all__ = [
     "StoreError",
     "StoreVersionError",
     "arrow_schema",
+    "clickhouse_meta_ddl",
+    "clickhouse_summary_ddl",
+    "clickhouse_type",
+    "connect_clickhouse",
     "imports_ddl",
     "open_store",
+    "parse_clickhouse_url",
     "polars_schema",
     "summary_ddl",
     "summary_table",

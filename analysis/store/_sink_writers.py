@@ -22,9 +22,11 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from operator import itemgetter
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -101,63 +103,111 @@ class DuckDBSummaryWriter:
 
 
 class ParquetSummaryWriter:
-    """Appends batches of request summaries to Parquet files in ``folder``, rotated every ``rotate_rows`` rows.
+    """Appends batches of request summaries to Parquet files under ``folder``, hive-partitioned by the UTC hour
+    of arrival, rotated every ``rotate_rows`` rows.
 
-    A file is written as ``summaries-<unix seconds>-<n>.parquet.partial`` and renamed to
-    ``summaries-<unix seconds>-<n>.parquet`` once complete (rotation or :meth:`close`), so a reader never
-    sees a file without its footer. :attr:`files` lists the completed files; load them with
-    ``llmslo ingest`` or :meth:`Store.ingest_files`. ``compression`` is a Parquet codec name.
+    With ``partitioned`` (the default) a row goes to ``folder/date=YYYY-MM-DD/hour=HH/`` by its
+    ``arrival_unix_s`` (UTC; a value that is no time, such as NaN, goes to 1970-01-01 hour 00): ``llmslo report
+    --source 'folder/**/*.parquet' --from … --to …`` then opens only the hours it needs. Each partition has
+    its own file, written as ``summaries-<unix seconds>-<n>.parquet.partial`` and renamed to
+    ``summaries-<unix seconds>-<n>.parquet`` once complete (rotation, :meth:`close`, or when more than
+    ``max_open`` partitions are open: the one written least recently is completed), so a reader never sees a
+    file without its footer. Without ``partitioned`` the files lie in ``folder`` itself. The files hold every
+    column (the folder names repeat what ``arrival_unix_s`` says): :attr:`files` lists the completed ones;
+    load them with ``llmslo ingest`` or :meth:`Store.ingest_files`. ``compression`` is a Parquet codec name.
 
-    Raises :class:`ConfigurationError` naming the field for a bad ``rotate_rows``.
+    Raises :class:`ConfigurationError` naming the field for a bad ``rotate_rows`` or ``max_open``.
     """
 
     def __init__(self, folder: str | os.PathLike[str], *, rotate_rows: int = 1_000_000,
-                 compression: str = "zstd") -> None:
-        if isinstance(rotate_rows, bool) or not isinstance(rotate_rows, int) or rotate_rows < 1:
-            raise ConfigurationError(f"ParquetSummaryWriter.rotate_rows: must be an integer >= 1, got {rotate_rows!r}")
+                 compression: str = "zstd", partitioned: bool = True, max_open: int = 8) -> None:
+        for name, value in (("rotate_rows", rotate_rows), ("max_open", max_open)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigurationError(f"ParquetSummaryWriter.{name}: must be an integer >= 1, got {value!r}")
         self.folder = Path(folder)
         self.rotate_rows = rotate_rows
         self.compression = compression
+        self.partitioned = partitioned
+        self.max_open = max_open
         self._schema = arrow_schema()
-        self._writer: pq.ParquetWriter | None = None
-        self._partial: Path | None = None
-        self._rows = 0
+        self._open: dict[str, _OpenFile] = {}  # by partition folder, least recently written first
         self._n = 0
         self.files: list[Path] = []
 
     def write(self, rows: Sequence[Row]) -> None:
-        """Append ``rows`` to the current file, starting a new one every ``rotate_rows`` rows."""
-        if not rows:
-            return
-        table = summary_table(rows, self._schema)
+        """Append ``rows`` to the files of their partitions, starting a new file every ``rotate_rows`` rows."""
+        if rows:
+            self.write_table(summary_table(rows, self._schema))
+
+    def write_table(self, table: pa.Table) -> None:
+        """Append an Arrow table of summaries (the schema of :func:`arrow_schema`), e.g. a bulk export.
+
+        Raises ``ValueError`` for a table of another schema."""
+        if not table.schema.equals(self._schema):
+            raise ValueError("ParquetSummaryWriter.write_table: the table's schema is not arrow_schema()")
+        for part, piece in self._split(table):
+            self._append(part, piece)
+
+    def _split(self, table: pa.Table) -> list[tuple[str, pa.Table]]:
+        """``(partition folder, its rows)`` of a batch, in order of first appearance."""
+        if not self.partitioned:
+            return [("", table)]
+        arrival = np.asarray(table.column("arrival_unix_s").to_numpy(zero_copy_only=False), dtype=np.float64)
+        hours = np.floor(np.nan_to_num(arrival, nan=0.0, posinf=0.0, neginf=0.0) / 3600.0)
+        hours = np.clip(hours, 0.0, _LAST_HOUR).astype(np.int64)
+        out: list[tuple[str, pa.Table]] = []
+        unique, first = np.unique(hours, return_index=True)
+        for hour in unique[np.argsort(first)]:
+            when = datetime.fromtimestamp(int(hour) * 3600, tz=UTC)
+            part = f"date={when:%Y-%m-%d}/hour={when:%H}"
+            out.append((part, table.filter(pa.array(hours == hour)) if len(unique) > 1 else table))
+        return out
+
+    def _append(self, part: str, table: pa.Table) -> None:
         start = 0
         while start < table.num_rows:
-            if self._writer is None or self._rows >= self.rotate_rows:
-                self._finish_file()
-                self._open_file()
-            assert self._writer is not None
-            take = min(self.rotate_rows - self._rows, table.num_rows - start)
-            self._writer.write_table(table.slice(start, take))
-            self._rows += take
+            current = self._open.pop(part, None)
+            if current is not None and current.rows >= self.rotate_rows:
+                self._finish(current)
+                current = None
+            if current is None:
+                while len(self._open) >= self.max_open:
+                    oldest = next(iter(self._open))
+                    self._finish(self._open.pop(oldest))
+                current = self._start(part)
+            self._open[part] = current  # the most recently written goes last
+            take = min(self.rotate_rows - current.rows, table.num_rows - start)
+            current.writer.write_table(table.slice(start, take))
+            current.rows += take
             start += take
 
-    def _open_file(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
+    def _start(self, part: str) -> _OpenFile:
+        folder = self.folder / part if part else self.folder
+        folder.mkdir(parents=True, exist_ok=True)
         self._n += 1
-        self._partial = self.folder / f"summaries-{int(time.time())}-{self._n}.parquet.partial"
-        self._writer = pq.ParquetWriter(self._partial, self._schema, compression=self.compression)
-        self._rows = 0
+        partial = folder / f"summaries-{int(time.time())}-{self._n}.parquet.partial"
+        return _OpenFile(pq.ParquetWriter(partial, self._schema, compression=self.compression), partial)
 
-    def _finish_file(self) -> None:
-        writer, partial = self._writer, self._partial
-        self._writer = self._partial = None
-        if writer is None or partial is None:
-            return
-        writer.close()
-        done = partial.with_name(partial.name.removesuffix(".partial"))
-        partial.replace(done)
+    def _finish(self, current: _OpenFile) -> None:
+        current.writer.close()
+        done = current.partial.with_name(current.partial.name.removesuffix(".partial"))
+        current.partial.replace(done)
         self.files.append(done)
 
     def close(self) -> None:
-        """Complete the current file (footer written, renamed without ``.partial``)."""
-        self._finish_file()
+        """Complete every open file (footer written, renamed without ``.partial``)."""
+        while self._open:
+            self._finish(self._open.pop(next(iter(self._open))))
+
+
+_LAST_HOUR = 253_402_300_799 // 3600
+"""The last hour a partition names: 9999-12-31 23:00 UTC."""
+
+
+class _OpenFile:
+    """One partition's file being written: its writer, its ``.partial`` path and the rows it holds."""
+
+    def __init__(self, writer: pq.ParquetWriter, partial: Path) -> None:
+        self.writer = writer
+        self.partial = partial
+        self.rows = 0

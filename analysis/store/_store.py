@@ -474,10 +474,12 @@ class Store:
                 pq.read_metadata(path)
             except (pa.ArrowInvalid, OSError) as exc:
                 raise StoreError(f"{path}: not a readable Parquet file ({exc})") from None
-            plain = f"read_parquet({lit})"
+            # a file of the hive-partitioned sink (date=…/hour=… folders) holds every column itself: the
+            # folder names are not read as columns
+            plain = f"read_parquet({lit}, hive_partitioning = false)"
             types = self._describe(plain)
             self._refuse_reserved(str(path), types, plain)
-            src = f"read_parquet({lit}, file_row_number = true)"
+            src = f"read_parquet({lit}, file_row_number = true, hive_partitioning = false)"
             return _Input(str(path), src, "(file_row_number + 1)", types, None, self._count(src), path)
         if kind == "csv":
             csv_sql = f"read_csv({lit}, header = true, all_varchar = true, auto_detect = true)"

@@ -1,0 +1,249 @@
+"""DuckDB engines beyond one store file: partitioned Parquet out of core, and a store seen through a time range.
+
+:func:`open_parquet` reads the files that :class:`~llmslo.analysis.store.ParquetSummaryWriter` writes
+(hive-partitioned, ``date=YYYY-MM-DD/hour=HH/*.parquet`` by UTC arrival) lazily: an in-memory DuckDB with a
+view named :data:`~llmslo.analysis.store.SUMMARY_TABLE` over ``read_parquet``, so that the report, the
+anomaly scan and every other query run on it unchanged. DuckDB streams the files; with ``memory_limit`` it
+keeps its own memory under that limit and spills what does not fit (sorts, hash tables) to a temporary
+folder. A time range (``from_unix_s``, ``to_unix_s``: arrivals in ``[from, to)``) prunes the partitions
+outside it from their folder names, before any file is opened (only the files kept are handed to
+``read_parquet``), and then filters the rows exactly.
+
+:func:`open_store_range` shows a DuckDB store file the same way, restricted to a time range (no pruning:
+one file).
+
+The rows are read as written: the sink writes summaries that the telemetry validated, and the report checks
+what it needs of them (arrival times it can place). Files from elsewhere should go through ``llmslo
+ingest``, which checks every rule. Each file's schema is checked against the contract when opened (a
+missing required column or a wrong type is an error naming the file).
+"""
+
+from __future__ import annotations
+
+import glob as globbing
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from llmslo.analysis.engines._base import DuckDBEngine, TimeRange, _day_hour
+from llmslo.analysis.store import IMPORTS_TABLE, META_TABLE, SUMMARY_TABLE, StoreError, table_names
+from llmslo.telemetry import COLUMN_NAMES, COLUMNS, SCHEMA_VERSION, ConfigurationError
+
+__all__ = ["open_parquet", "open_store_range", "parse_memory_limit", "quiet_progress"]
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_memory_limit(text: str) -> int:
+    """Bytes of a memory limit written like ``4GB``, ``512MiB`` or ``2.5GB`` (decimal and binary units).
+
+    Raises :class:`ConfigurationError` naming ``--memory-limit`` for anything else, or below 64 MB (DuckDB
+    needs that much to run at all).
+    """
+    raw = text.strip().upper().replace(" ", "")
+    number = raw.rstrip("KMGTIB")
+    unit = raw[len(number):]
+    try:
+        value = float(number)
+    except ValueError:
+        value = math.nan
+    if unit not in _UNITS or not math.isfinite(value) or value <= 0:
+        raise ConfigurationError(f"--memory-limit: {text!r} is no size; write e.g. 4GB, 512MB or 2GiB")
+    size = int(value * _UNITS[unit])
+    if size < 64 * 10**6:
+        raise ConfigurationError(f"--memory-limit: {text!r} is below 64MB, too little for DuckDB to run")
+    return size
+
+
+HOLISTIC_SHARE = 0.5
+"""Share of the memory limit that the exact quantiles of one query may hold (the rest: DuckDB's scans, hash
+tables and buffers, which it spills)."""
+
+
+def _budget(memory_limit: int | None) -> int | None:
+    return None if memory_limit is None else int(memory_limit * HOLISTIC_SHARE)
+
+
+def _text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _connect(memory_limit: int | None, temp_directory: str | None) -> duckdb.DuckDBPyConnection:
+    config: dict[str, str | bool | int | float | list[str]] = {"preserve_insertion_order": False}
+    if memory_limit is not None:
+        config["memory_limit"] = f"{memory_limit // 2**20}MiB"
+    config["temp_directory"] = temp_directory or tempfile.gettempdir()
+    con = duckdb.connect(":memory:", config=config)
+    quiet_progress(con)
+    return con
+
+
+def quiet_progress(con: duckdb.DuckDBPyConnection) -> None:
+    """Keep the progress of long queries readable (:meth:`DuckDBEngine.query_progress`) but never printed by
+    DuckDB itself, which would mix its bar with the report on standard output."""
+    con.execute("SET enable_progress_bar = true")
+    con.execute("SET enable_progress_bar_print = false")
+
+
+def _files(source: str) -> tuple[str, list[str]]:  # (pattern, files)
+    """The glob of ``source`` (a folder stands for every Parquet file under it) and the files it matches."""
+    pattern = str(Path(source) / "**" / "*.parquet") if Path(source).is_dir() else source
+    files = sorted(f for f in globbing.glob(pattern, recursive=True) if os.path.isfile(f))
+    if not files:
+        raise StoreError(f"--source: no Parquet file matches {pattern!r}: give a folder or a pattern such as "
+                         "'DIR/**/*.parquet'")
+    return pattern, files
+
+
+def _hive(files: list[str]) -> bool:
+    """Whether every file lies under ``date=…/hour=…`` folders (then they are pruned by those)."""
+    return all("date=" in Path(f).parent.parent.name and "hour=" in Path(f).parent.name for f in files)
+
+
+_COMPATIBLE = {"str": (pa.types.is_string, pa.types.is_large_string),
+               "float": (pa.types.is_floating, pa.types.is_integer),
+               "int": (pa.types.is_integer,),
+               "float_list": (pa.types.is_list, pa.types.is_large_list)}
+
+
+def _check_schema(path: str) -> set[str]:
+    """The column names of ``path``; raises :class:`StoreError` naming it when its schema lacks a required
+    contract column or holds one of another type (read from the footer only)."""
+    try:
+        schema = pq.read_schema(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise StoreError(f"{path}: not a readable Parquet file ({exc})") from None
+    problems = []
+    for c in COLUMNS:
+        if c.name not in schema.names:
+            if c.required:
+                problems.append(f"required column {c.name!r} is missing")
+            continue
+        kind = schema.field(c.name).type
+        if not any(check(kind) for check in _COMPATIBLE[c.kind]):
+            problems.append(f"column {c.name!r} is {kind}, the contract says {c.kind}")
+    if problems:
+        raise StoreError(f"{path}: not request summaries of schema version {SCHEMA_VERSION}: {'; '.join(problems)} "
+                         "(write the files with ParquetSummaryWriter, or ingest them with `llmslo ingest`)")
+    return set(schema.names)
+
+
+def _columns_sql(present: set[str], read: bool = True) -> str:
+    """The contract's columns in storage order, typed as the DuckDB store types them; a column some file lacks
+    reads as its default (NULL, or e.g. 0 for ``proposed_tokens``). Without ``read``, typed NULLs only."""
+    duck = {"str": "VARCHAR", "float": "DOUBLE", "int": "BIGINT", "float_list": "DOUBLE[]"}
+    out = []
+    for c in COLUMNS:
+        default = ("NULL" if c.default is None else _text(c.default) if isinstance(c.default, str)
+                   else repr(c.default))
+        value = f"CAST({default} AS {duck[c.kind]})"
+        if c.name in present and read:
+            value = f"CAST({c.name} AS {duck[c.kind]})" if c.default is None else \
+                f"coalesce(CAST({c.name} AS {duck[c.kind]}), {value})"
+        out.append(f"{value} AS {c.name}")
+    return ", ".join(out)
+
+
+def _in_range(path: str, window: TimeRange) -> bool:
+    """Whether the hive partition of ``path`` (``date=…/hour=…``) may hold an arrival of ``window``."""
+    parent = Path(path).parent
+    try:
+        day = parent.parent.name.split("=", 1)[1]
+        hour = int(parent.name.split("=", 1)[1])
+    except (IndexError, ValueError):
+        return True
+    key = (day, hour)
+    if window.from_unix_s is not None and key < _day_hour(window.from_unix_s):
+        return False
+    return not (window.to_unix_s is not None and key > _day_hour(window.to_unix_s))
+
+
+def open_parquet(
+    source: str,
+    *,
+    memory_limit: int | None = None,
+    time_range: TimeRange | None = None,
+    temp_directory: str | None = None,
+) -> DuckDBEngine:
+    """An engine over the request-summary Parquet files of ``source`` (a folder, or a glob such as
+    ``'DIR/**/*.parquet'``), read lazily: see the module docstring.
+
+    ``memory_limit`` (bytes) is DuckDB's own limit (it spills to ``temp_directory``, default the system's
+    temporary folder); ``time_range`` keeps the arrivals in it. Partitions outside the range are pruned from
+    their folder names: their files are never opened (not even their footers). The footers of the files
+    kept are read first: raises :class:`StoreError` when nothing matches or a file's schema is not the
+    contract's.
+    """
+    _, files = _files(source)
+    window = time_range or TimeRange()
+    hive = _hive(files)
+    kept = [f for f in files if _in_range(f, window)] if hive else files
+    names = [_check_schema(path) for path in kept]
+    present = set().union(*names) if names else set(COLUMN_NAMES)
+    con = _connect(memory_limit, temp_directory)
+    try:
+        if kept:
+            # the partitions are pruned here, from the folder names: DuckDB reads the files kept, whose rows
+            # hold every column (the folder names add nothing to read)
+            options = ", hive_partitioning = false"
+            if any(n != present for n in names):  # older files without some optional column
+                options += ", union_by_name = true"
+            listed = "[" + ", ".join(_text(f) for f in kept) + "]"
+            relation = f"read_parquet({listed}{options}) WHERE {window.condition()}"
+        else:
+            relation = "(SELECT 1) AS nothing WHERE FALSE"
+        con.execute(f"CREATE TEMP VIEW {SUMMARY_TABLE} AS SELECT {_columns_sql(present, bool(kept))} FROM {relation}")
+        _empty_meta(con)
+    except duckdb.Error as exc:
+        con.close()
+        raise StoreError(f"--source {source}: cannot read the files: {exc}") from None
+    return DuckDBEngine(con, owned=True, holistic_budget_bytes=_budget(memory_limit))
+
+
+def _empty_meta(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(f"CREATE TEMP TABLE {META_TABLE} (key VARCHAR, value VARCHAR)")
+    con.execute(f"INSERT INTO {META_TABLE} VALUES ('schema_version', '{SCHEMA_VERSION}')")
+
+
+def open_store_range(
+    path: str | os.PathLike[str],
+    time_range: TimeRange,
+    *,
+    memory_limit: int | None = None,
+    temp_directory: str | None = None,
+) -> DuckDBEngine:
+    """An engine over the DuckDB store at ``path`` (opened read-only) showing only the arrivals in ``time_range``.
+
+    The store's provenance and metadata tables are copied (they are small); the summaries are a view. Raises
+    :class:`StoreError` when ``path`` is no store.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise StoreError(f"no store at {p}: create one with `llmslo ingest FILES --db {p}`")
+    con = _connect(memory_limit, temp_directory)
+    try:
+        con.execute(f"ATTACH {_text(str(p))} AS llmslo_store (READ_ONLY)")
+        stored = {str(r[0]) for r in con.sql(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = 'llmslo_store'").fetchall()}
+        if SUMMARY_TABLE not in stored or META_TABLE not in stored:
+            raise StoreError(f"{p} is a DuckDB file but not an llmslo store")
+        con.execute(f"CREATE TEMP VIEW {SUMMARY_TABLE} AS SELECT * FROM llmslo_store.{SUMMARY_TABLE} "
+                    f"WHERE {time_range.condition()}")
+        for table in (META_TABLE, IMPORTS_TABLE):
+            if table in stored:
+                con.execute(f"CREATE TEMP TABLE {table} AS SELECT * FROM llmslo_store.{table}")
+        assert META_TABLE in table_names(con)
+    except duckdb.Error as exc:
+        con.close()
+        raise StoreError(f"cannot open store {p}: {exc}") from None
+    except BaseException:
+        con.close()
+        raise
+    return DuckDBEngine(con, owned=True, holistic_budget_bytes=_budget(memory_limit))
+

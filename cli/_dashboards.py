@@ -1,0 +1,110 @@
+"""``llmslo dashboards``: Grafana dashboards from the metric name catalogue and, when given, an SLO spec."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from llmslo.cli._common import EXIT_INPUT, shown
+from llmslo.cli._common import console as _console
+from llmslo.cli._common import fail as _fail
+
+if TYPE_CHECKING:
+    from llmslo.dashboards import Dashboard
+    from llmslo.rules import Model
+
+__all__ = ["dashboards_app"]
+
+dashboards_app = typer.Typer(
+    name="dashboards",
+    help=(
+        "Grafana dashboards for llmslo telemetry: a serving dashboard (requests and tokens, TTFT/TPOT/ITL/e2e "
+        "heatmaps and quantiles with request_id exemplars, queue against capacity, rejections, breakers, "
+        "drains, backpressure, GPUs) and an SLO dashboard (error budget left, burn rates, alert state, from "
+        "the recording rules of llmslo rules generate).\n\n"
+        "Start with: llmslo dashboards generate --spec examples/chat-slo.yaml -o dashboards/"
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+@dashboards_app.callback()
+def _group() -> None:
+    """Keeps ``dashboards`` a group of commands (``llmslo dashboards generate``) however many it holds."""
+
+
+def _model(spec: Path) -> Model:
+    """The model of the spec file ``spec``; an unreadable or invalid spec exits 1 naming it (and the field)."""
+    from llmslo.rules import SpecError, build_model, load_spec
+
+    try:
+        return build_model(load_spec(spec))
+    except SpecError as exc:  # a field's error names the field; one about the whole file names the file
+        raise _fail(f"{spec}: {exc}" if exc.path else str(exc), EXIT_INPUT) from None
+    except OSError as exc:
+        raise _fail(f"cannot read {spec}: {exc.strerror or exc}", EXIT_INPUT) from None
+
+
+def _summary(dashboard: Dashboard, path: Path) -> dict[str, object]:
+    from llmslo.dashboards import panel_queries
+
+    panels = [p for p in dashboard.data["panels"] if p.get("type") != "row"]
+    return {"path": str(path), "kind": dashboard.kind, "uid": dashboard.uid, "title": dashboard.title,
+            "panels": len(panels), "queries": len(panel_queries(dashboard.data))}
+
+
+@dashboards_app.command()
+def generate(
+    output: Annotated[Path, typer.Option(
+        "-o", "--output", help="Folder to write the dashboards into (created if missing); files of the same "
+        "name are replaced.", show_default=False)],
+    spec: Annotated[Path | None, typer.Option(
+        "--spec", help="SLO spec (YAML, version: llmslo/v1): the SLO dashboard then shows its objectives with "
+        "their own windows and burn rates, the job and model are preselected, and its latency thresholds are "
+        "drawn on the serving dashboard. Without it, the SLO dashboard repeats one row per SLO found in "
+        "Prometheus, with the default burn-rate windows.", show_default=False)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object listing the files written.")] = False,
+) -> None:
+    """Write the serving and SLO dashboards (Grafana JSON) into a folder.
+
+    Files: llmslo-serving.json and llmslo-slo.json, or llmslo-SERVICE-serving.json and
+    llmslo-SERVICE-slo.json with --spec. Byte-deterministic: the same spec and llmslo version give the same
+    files. Every file is written completely before any is replaced.
+
+    Every query reads the Prometheus data source chosen in the dashboard's "datasource" variable and the
+    scrape job chosen in its "job" variable; every metric name is one llmslo's telemetry exposes. The SLO
+    dashboard reads the series of the rules from llmslo rules generate with the same spec: load those rules
+    into Prometheus first.
+
+    Import into Grafana: Dashboards > New > Import, upload each file, then pick the Prometheus data
+    source in the "datasource" drop-down. Or provision the folder (a dashboards provider whose path is
+    the output folder). Exemplars (request_id, trace_id) need Prometheus started with
+    --enable-feature=exemplar-storage.
+
+    With --json, one object: spec, and files (path, kind, uid, title, panels, queries).
+    """
+    from llmslo.dashboards import build_dashboards, write_dashboards
+
+    model = _model(spec) if spec is not None else None
+    dashboards = build_dashboards(model)
+    try:
+        paths = write_dashboards(dashboards, output)
+    except OSError as exc:
+        raise _fail(f"cannot write the dashboards into {output}: {exc.strerror or exc}", EXIT_INPUT) from None
+    summaries = [_summary(d, p) for d, p in zip(dashboards, paths, strict=True)]
+    if as_json:
+        print(json.dumps({"spec": str(spec) if spec is not None else None, "files": summaries}, indent=2,
+                         ensure_ascii=False))
+        return
+    console = _console()
+    for s in summaries:
+        console.print(f"wrote {shown(s['path'])}: {shown(s['title'])} ({s['panels']} panels, {s['queries']} "
+                      f"queries, uid {shown(s['uid'])})", highlight=False)
+    console.print("import them in Grafana: Dashboards > New > Import, upload each file, pick the Prometheus data "
+                  "source", highlight=False)

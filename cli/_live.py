@@ -1,0 +1,411 @@
+"""The live run behind ``llmslo demo --live`` and the end-to-end test: server, Prometheus and load, for real.
+
+:func:`run_live` starts ``llmslo serve`` (the simulated engine) on a free port on 127.0.0.1, a Prometheus
+that scrapes it every second with the rules ``llmslo rules generate`` makes from ``examples/live-slo.yaml``,
+and ``llmslo load`` against it: a calm phase, an overload burst, calm again, then SIGTERM to the server
+while the load still runs, so the drain is seen from both sides. It watches Prometheus's alerts every
+second and, once both processes have exited, reads back from Prometheus what it recorded: the request
+counts by finish reason, the TTFT bucket counts and the ``request_id`` exemplars, as of its last scrape.
+Everything the run wrote stays in one folder: the server's and the client's stores, the attempts log, the
+drain record, the rules, Prometheus's configuration and log.
+
+Each process is started by this module and stopped by its process id, every wait is bounded, and every
+address is on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from llmslo.cli._prometheus import Prometheus, PrometheusError, running_prometheus, stop_process
+from llmslo.telemetry import LlmsloError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["LIVE_SPEC", "AlertSpan", "LivePlan", "LiveRun", "LiveRunError", "PrometheusFacts", "print_live", "run_live"]
+
+LIVE_SPEC = Path(__file__).resolve().parents[1] / "examples" / "live-slo.yaml"
+"""The SLO spec of the live run: short windows, so its alerts fire and resolve within the run."""
+JOB = "llmslo-serve"
+"""The scrape job (the spec's ``scrape.job``, so its operational alerts select this target)."""
+READY_TIMEOUT_S = 30.0
+"""How long the server may take to print its ready line, seconds."""
+
+
+class LiveRunError(LlmsloError):
+    """A process of the live run did not start or did not end as it should (the message says which)."""
+
+
+@dataclass(frozen=True)
+class LivePlan:
+    """The shape of a live run; times in seconds from the first arrival.
+
+    The default is sized for two shared cores: the engine runs ``speed`` times faster than the fitted
+    profile, ``rate_per_s`` stays under its capacity, and ``burst_factor`` × that rate overloads it.
+    """
+
+    rate_per_s: float = 6.0
+    calm_s: float = 10.0
+    burst_s: float = 12.0
+    burst_factor: float = 4.0
+    after_burst_s: float = 25.0
+    """Calm between the end of the burst and SIGTERM: long enough for the alerts to resolve."""
+    load_after_sigterm_s: float = 3.0
+    """The load goes on this long after SIGTERM: arrivals that meet the drain (503 ``draining``)."""
+    seed: int = 0
+    server_args: tuple[str, ...] = (
+        "--speed", "2", "--max-num-seqs", "12", "--max-queue", "48", "--queue-timeout", "8s",
+        "--drain-settle", "500ms", "--drain-budget", "500ms", "--drain-idle", "1s", "--exit-linger", "3s",
+    )
+    load_args: tuple[str, ...] = (
+        "--prompt-tokens", "100-600", "--output-tokens", "16-128", "--cancel", "0.04@1s",
+        "--slow-reader", "0.05@10", "--timeout", "20s",
+    )
+
+    @property
+    def sigterm_at_s(self) -> float:
+        return self.calm_s + self.burst_s + self.after_burst_s
+
+    @property
+    def duration_s(self) -> float:
+        return self.sigterm_at_s + self.load_after_sigterm_s
+
+
+@dataclass(frozen=True)
+class AlertSpan:
+    """One alert seen during the run: when it was first pending, first firing and gone (Unix seconds)."""
+
+    name: str
+    pending_unix_s: float | None
+    firing_unix_s: float | None
+    resolved_unix_s: float | None
+
+
+@dataclass(frozen=True)
+class PrometheusFacts:
+    """What Prometheus held at its last scrape of the server (Unix seconds ``at_unix_s``)."""
+
+    at_unix_s: float
+    requests_by_finish_reason: dict[str, int]
+    rejected_by_reason: dict[str, int]
+    ttft_buckets: dict[str, int]
+    """Cumulative TTFT bucket counts by ``le`` (as Prometheus writes the bound: ``0.5``, ``+Inf``)."""
+    exemplars: list[dict[str, Any]]
+    """TTFT bucket exemplars: ``{"le", "request_id", "value", "unix_s"}``."""
+
+
+@dataclass
+class LiveRun:
+    """Where a live run left its files, and what it saw (times in Unix seconds)."""
+
+    folder: Path
+    plan: LivePlan
+    server_db: Path
+    client_db: Path
+    attempts_log: Path
+    drain_record: Path
+    load_json: dict[str, Any] | None = None
+    started_unix_s: float = 0.0
+    burst_unix_s: tuple[float, float] = (0.0, 0.0)
+    sigterm_unix_s: float | None = None
+    server_exit_code: int | None = None
+    load_exit_code: int | None = None
+    alerts: list[AlertSpan] = field(default_factory=list)
+    prometheus: PrometheusFacts | None = None
+    prometheus_note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for key in ("folder", "server_db", "client_db", "attempts_log", "drain_record"):
+            data[key] = str(data[key])
+        data["plan"] = {**asdict(self.plan), "sigterm_at_s": self.plan.sigterm_at_s}
+        return data
+
+
+def _cli(*args: str) -> list[str]:
+    """The command line of ``llmslo ARGS`` run by this interpreter."""
+    return [sys.executable, "-m", "llmslo.cli", *args]
+
+
+def _ready_port(process: subprocess.Popen[str], timeout_s: float) -> int:
+    """The port from the server's ``serving MODEL on http://HOST:PORT`` line."""
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    with selectors.DefaultSelector() as sel:
+        sel.register(process.stdout, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise LiveRunError(f"llmslo serve exited with status {process.returncode} before it was ready")
+            if not sel.select(timeout=0.2):
+                continue
+            line = process.stdout.readline()
+            if line.startswith("serving ") and "http://" in line:
+                return int(line.rsplit(":", 1)[1].strip().rstrip("/"))
+    raise LiveRunError(f"llmslo serve printed no ready line within {timeout_s:g} s")
+
+
+@contextlib.contextmanager
+def _process(argv: list[str], log: Path, *, stdout: int | None = None) -> Iterator[subprocess.Popen[str]]:
+    """Run ``argv`` (stderr to ``log``); stopped by its pid on the way out if still running."""
+    with log.open("w") as err:
+        process = subprocess.Popen(argv, stdout=stdout if stdout is not None else subprocess.DEVNULL,
+                                   stderr=err, text=True)
+    try:
+        yield process
+    finally:
+        stop_process(process)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+class _AlertWatch:
+    """The alerts' states seen at each poll, folded into one :class:`AlertSpan` per alert name."""
+
+    def __init__(self) -> None:
+        self.spans: dict[str, dict[str, float | None]] = {}
+
+    def poll(self, prometheus: Prometheus) -> None:
+        now = time.time()
+        try:
+            active = prometheus.alerts()
+        except PrometheusError:
+            return
+        names = set()
+        for alert in active:
+            name = str(alert.get("labels", {}).get("alertname", ""))
+            names.add(name)
+            span = self.spans.setdefault(name, {"pending": None, "firing": None, "resolved": None})
+            state = alert.get("state")
+            if state == "pending" and span["pending"] is None:
+                span["pending"] = now
+            if state == "firing" and span["firing"] is None:
+                span["firing"] = now
+                span["pending"] = span["pending"] or now
+            if state == "firing":
+                span["resolved"] = None  # firing again
+        for name, span in self.spans.items():
+            if name not in names and span["firing"] is not None and span["resolved"] is None:
+                span["resolved"] = now
+
+    def result(self) -> list[AlertSpan]:
+        return [AlertSpan(n, s["pending"], s["firing"], s["resolved"]) for n, s in sorted(self.spans.items())]
+
+
+def _vector(prometheus: Prometheus, expr: str, label: str) -> dict[str, int]:
+    return {str(r["metric"].get(label, "")): round(float(r["value"][1])) for r in prometheus.query(expr)}
+
+
+def _last(series: str) -> str:
+    """The last sample of each series of ``series`` scraped from the server in the last five minutes: the
+    values of its final scrape, even once the server has exited (a range ignores the staleness marker)."""
+    return f'last_over_time({series}{{job="{JOB}"}}[5m])'
+
+
+def _facts(prometheus: Prometheus, started: float) -> PrometheusFacts | None:
+    from llmslo.telemetry import METRICS_BY_KEY
+
+    last_up = prometheus.query(f'max_over_time(timestamp(up{{job="{JOB}"}} == 1)[5m:250ms])')
+    if not last_up:
+        return None
+    at = float(last_up[0]["value"][1])
+    ttft = METRICS_BY_KEY["ttft"]
+    exemplars = []
+    for series in prometheus.exemplars(f'{ttft.bucket}{{job="{JOB}"}}', started - 5, at + 5):
+        le = str(series["seriesLabels"].get("le", ""))
+        for e in series["exemplars"]:
+            exemplars.append({"le": le, "request_id": e["labels"].get("request_id"), "value": float(e["value"]),
+                              "unix_s": float(e["timestamp"])})
+    return PrometheusFacts(
+        at_unix_s=at,
+        requests_by_finish_reason=_vector(
+            prometheus, f"sum by (finish_reason) ({_last(METRICS_BY_KEY['requests'].name)})", "finish_reason"),
+        rejected_by_reason=_vector(
+            prometheus, f"sum by (reject_reason) ({_last(METRICS_BY_KEY['rejected_requests'].name)})",
+            "reject_reason"),
+        ttft_buckets=_vector(prometheus, f"sum by (le) ({_last(ttft.bucket)})", "le"),
+        exemplars=exemplars,
+    )
+
+
+def _write_rules(folder: Path) -> Path:
+    from llmslo.rules import build_model, load_spec, render
+
+    rules = folder / "live-rules.yml"
+    rules.write_text(render(build_model(load_spec(LIVE_SPEC)), rules.name, with_tests=False).rules)
+    return rules
+
+
+def run_live(folder: Path, plan: LivePlan = LivePlan(), *, prometheus_required: bool = True,
+             say: Callable[[str], None] = lambda _: None) -> LiveRun:
+    """Run the live demo into ``folder`` (created; must hold no earlier run) and return what it saw.
+
+    Without a ``prometheus`` binary the run goes on without it when ``prometheus_required`` is False (the
+    ``prometheus_note`` says so); otherwise :class:`LiveRunError`.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    run = LiveRun(folder=folder, plan=plan, server_db=folder / "server.duckdb", client_db=folder / "client.duckdb",
+                  attempts_log=folder / "attempts.jsonl", drain_record=folder / "drain-record.json")
+    stale = [p for p in (run.server_db, run.client_db, run.attempts_log, run.drain_record) if p.exists()]
+    if stale:
+        raise LiveRunError(f"{folder} already holds a run ({stale[0].name}): choose an empty folder")
+    rules = _write_rules(folder)
+    server_argv = _cli("serve", "--port", "0", "--db", str(run.server_db), "--seed", str(plan.seed),
+                       "--update-id", "live-demo", "--next-version", "sim-2", "--drain-record", str(run.drain_record),
+                       *plan.server_args)
+    say("starting llmslo serve (simulated engine) on 127.0.0.1")
+    with _process(server_argv, folder / "server.log", stdout=subprocess.PIPE) as server:
+        port = _ready_port(server, READY_TIMEOUT_S)
+        url = f"http://127.0.0.1:{port}"
+        with contextlib.ExitStack() as stack:
+            prometheus: Prometheus | None = None
+            try:
+                prometheus = stack.enter_context(running_prometheus(
+                    folder / "prometheus", [f"127.0.0.1:{port}"], job=JOB, rule_files=[rules]))
+                say(f"Prometheus {prometheus.url} scrapes {url}/metrics every second, rules {rules.name} loaded")
+                _wait_first_scrape(prometheus)
+            except PrometheusError as exc:
+                if prometheus_required:
+                    raise LiveRunError(str(exc)) from None
+                run.prometheus_note = f"no Prometheus: {exc}"
+                say(run.prometheus_note)
+            _drive(run, server, url, prometheus, say)
+            if prometheus is not None:
+                run.prometheus = _facts(prometheus, run.started_unix_s)
+    return run
+
+
+def _wait_first_scrape(prometheus: Prometheus, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if prometheus.last_scrape_unix_s() is not None:
+            return
+        time.sleep(0.25)
+    raise PrometheusError(f"Prometheus did not scrape the server within {timeout_s:g} s")
+
+
+def _drive(run: LiveRun, server: subprocess.Popen[str], url: str, prometheus: Prometheus | None,
+           say: Callable[[str], None]) -> None:
+    """Run the load, SIGTERM the server on time, watch the alerts, wait for both processes to end."""
+    plan = run.plan
+    burst = f"{plan.burst_factor:g}x@{plan.calm_s:g}s+{plan.burst_s:g}s"
+    load_argv = _cli("load", url, "--model", "llmslo-sim", "--rate", f"{plan.rate_per_s:g}",
+                     "--duration", f"{plan.duration_s:g}s", "--burst", burst, "--seed", str(plan.seed),
+                     "--db", str(run.client_db), "--attempts-log", str(run.attempts_log), "--json", "--no-progress",
+                     *plan.load_args)
+    watch = _AlertWatch()
+    say(f"load: {plan.rate_per_s:g} req/s, burst {burst}, SIGTERM to the server at {plan.sigterm_at_s:g} s")
+    out_path = run.folder / "load.json"
+    with out_path.open("w") as out, _process(load_argv, run.folder / "load.log", stdout=out.fileno()) as load:
+        run.started_unix_s = time.time()
+        run.burst_unix_s = (run.started_unix_s + plan.calm_s, run.started_unix_s + plan.calm_s + plan.burst_s)
+        deadline = time.monotonic() + plan.duration_s + 60.0
+        while load.poll() is None and time.monotonic() < deadline:
+            if run.sigterm_unix_s is None and time.time() - run.started_unix_s >= plan.sigterm_at_s:
+                os.kill(server.pid, signal.SIGTERM)
+                run.sigterm_unix_s = time.time()
+                say("SIGTERM sent to llmslo serve: readiness false, settle, drain")
+            if prometheus is not None:
+                watch.poll(prometheus)
+            time.sleep(0.5)
+        if load.poll() is None:
+            raise LiveRunError(f"llmslo load did not end within {plan.duration_s + 60:g} s")
+        run.load_exit_code = load.returncode
+    if run.sigterm_unix_s is None:  # the load ended early: drain anyway
+        os.kill(server.pid, signal.SIGTERM)
+        run.sigterm_unix_s = time.time()
+    deadline = time.monotonic() + 60.0
+    while server.poll() is None and time.monotonic() < deadline:
+        if prometheus is not None:
+            watch.poll(prometheus)
+        time.sleep(0.5)
+    if server.poll() is None:
+        raise LiveRunError("llmslo serve did not exit within 60 s of SIGTERM")
+    run.server_exit_code = server.returncode
+    if prometheus is not None:
+        for _ in range(4):  # a last look: alerts resolve once their series go stale
+            watch.poll(prometheus)
+            time.sleep(0.5)
+    run.alerts = watch.result()
+    with contextlib.suppress(OSError, ValueError):
+        run.load_json = json.loads(out_path.read_text())
+
+
+def _offset(run: LiveRun, t: float | None) -> str:
+    return "-" if t is None else f"{t - run.started_unix_s:+.1f} s"
+
+
+def print_live(run: LiveRun, out: Console) -> None:
+    """The live run for a person: three views of the same requests, the alerts, the drain, the files."""
+    from rich.table import Table
+
+    from llmslo.cli._common import shown
+
+    server = _counts(run.server_db)
+    client = _counts(run.client_db)
+    prom: dict[str, int] = {}
+    if run.prometheus is not None:
+        prom = {k: v for k, v in run.prometheus.requests_by_finish_reason.items() if k != "rejected"}
+        prom |= {f"rejected ({k})": v for k, v in run.prometheus.rejected_by_reason.items()}
+    plan = run.plan
+    out.print(f"phases: calm 0-{plan.calm_s:g} s, burst x{plan.burst_factor:g} {plan.calm_s:g}-"
+              f"{plan.calm_s + plan.burst_s:g} s, calm, SIGTERM at {_offset(run, run.sigterm_unix_s)}",
+              highlight=False)
+    table = Table(title="The same requests, three views", title_justify="left")
+    for col in ("finish reason", "client (llmslo load)", "server summaries", "Prometheus llmslo_requests_total"):
+        table.add_column(col, justify="left" if col == "finish reason" else "right")
+    for reason in sorted(set(server) | set(client) | set(prom)):
+        table.add_row(shown(reason), f"{client.get(reason, 0):,}", f"{server.get(reason, 0):,}",
+                      f"{prom[reason]:,}" if reason in prom else "-")
+    out.print(table)
+    out.print("client rejected (circuit_open): arrivals the client's breaker held back while it honoured a "
+              "Retry-After; never sent, so the server has no summary of them", highlight=False, soft_wrap=True)
+    if run.prometheus_note:
+        out.print(shown(run.prometheus_note), highlight=False)
+    alerts = Table(title="Alerts (seconds from the first arrival)", title_justify="left")
+    for col in ("alert", "pending", "firing", "resolved"):
+        alerts.add_column(col)
+    for a in run.alerts:
+        if a.firing_unix_s is not None:
+            alerts.add_row(shown(a.name), _offset(run, a.pending_unix_s), _offset(run, a.firing_unix_s),
+                           _offset(run, a.resolved_unix_s))
+    out.print(alerts)
+    try:
+        drain = json.loads(run.drain_record.read_text())["drain"]
+    except (OSError, ValueError, KeyError):
+        out.print("drain: no drain record was written", highlight=False)
+    else:
+        cut = ", ".join(f"{k} {v}" for k, v in drain.get("closed_by_reason", {}).items())
+        out.print(shown(f"drain: {drain.get('decision')} after settle {drain.get('unregister_settle_s')} s; "
+                        f"{drain.get('in_flight_at_start')} in flight when it began, closed by reason: {cut}; "
+                        f"terminated {drain.get('terminated')}"), highlight=False)
+    out.print(shown(f"files: {run.folder} (server.duckdb, client.duckdb, attempts.jsonl, drain-record.json, "
+                    "live-rules.yml, prometheus/)"), highlight=False)
+    out.print(shown(f"explore: llmslo report --db {run.server_db} --window 10s   |   "
+                    f"llmslo report --db {run.client_db} --window 10s   |   llmslo app --db {run.server_db}"),
+              highlight=False, soft_wrap=True)
+
+
+def _counts(db: Path) -> dict[str, int]:
+    """Summaries by finish reason (rejected ones by reject reason too, ``rejected/queue_full``)."""
+    from llmslo.analysis.store import Store
+
+    with Store.open(db, read_only=True) as store:
+        rows = store.con.sql("SELECT finish_reason, reject_reason, count(*) FROM request_summaries "
+                             "GROUP BY ALL").fetchall()
+    counts: dict[str, int] = {}
+    for finish, reject, n in rows:
+        key = f"rejected ({reject})" if finish == "rejected" else str(finish)
+        counts[key] = counts.get(key, 0) + int(n)
+    return counts

@@ -1,0 +1,158 @@
+"""A Prometheus process for the live demo (and the tests): started on 127.0.0.1, queried over its HTTP API.
+
+Debian's ``prometheus`` package (2.42 here) is enough. The storage path is a folder the caller owns (the
+demo's work folder, a test's temporary folder); exemplar storage is on, so the ``request_id`` exemplars
+scraped over OpenMetrics can be read back (``/api/v1/query_exemplars``). Stopped by its process id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Prometheus", "PrometheusError", "free_port", "running_prometheus", "stop_process"]
+
+STARTUP_TIMEOUT_S = 20.0
+"""How long Prometheus may take to answer ``/-/ready``, seconds."""
+
+
+class PrometheusError(RuntimeError):
+    """Prometheus is missing, did not start, or answered an API call with an error."""
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 at the time of the call."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Prometheus:
+    """A running Prometheus: its base URL, process and log file."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def get(self, path: str, params: Mapping[str, str] | None = None, timeout_s: float = 10.0) -> Any:
+        """The ``data`` of an API answer (``/api/v1/...``); :class:`PrometheusError` on an error status."""
+        query = f"?{urllib.parse.urlencode(params)}" if params else ""
+        try:
+            with urllib.request.urlopen(f"{self.url}{path}{query}", timeout=timeout_s) as response:
+                body = json.loads(response.read())
+        except OSError as exc:
+            raise PrometheusError(f"Prometheus {path}: {exc}") from exc
+        if body.get("status") != "success":
+            raise PrometheusError(f"Prometheus {path} answered {body}")
+        return body["data"]
+
+    def query(self, expr: str, at_unix_s: float | None = None) -> list[dict[str, Any]]:
+        """The instant vector of ``expr`` now, or at ``at_unix_s`` (a list of ``{"metric", "value"}``)."""
+        params = {"query": expr}
+        if at_unix_s is not None:
+            params["time"] = f"{at_unix_s:.3f}"
+        return list(self.get("/api/v1/query", params)["result"])
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """The alerts pending or firing now."""
+        return list(self.get("/api/v1/alerts")["alerts"])
+
+    def exemplars(self, expr: str, start_unix_s: float, end_unix_s: float) -> list[dict[str, Any]]:
+        """The exemplars stored for the series of ``expr`` between the two times."""
+        return list(self.get("/api/v1/query_exemplars", {
+            "query": expr, "start": f"{start_unix_s:.3f}", "end": f"{end_unix_s:.3f}"}))
+
+    def last_scrape_unix_s(self) -> float | None:
+        """When the oldest of the last scrapes of the active targets happened (Unix seconds); None before one."""
+        active = self.get("/api/v1/targets")["activeTargets"]
+        times = []
+        for target in active:
+            text = str(target.get("lastScrape") or "")
+            if text.startswith("0001-"):
+                return None
+            times.append(_rfc3339(text))
+        return min(times) if times else None
+
+
+_RFC3339 = re.compile(r"(?P<head>[^.Z+]+(?:T[0-9:]+)?)(?:\.(?P<frac>[0-9]+))?(?P<zone>Z|[+-][0-9:]+)?$")
+
+
+def _rfc3339(text: str) -> float:
+    """Unix seconds of one of Prometheus's RFC 3339 times (nanosecond fractions, ``Z`` or an offset)."""
+    match = _RFC3339.match(text.strip())
+    if match is None:
+        raise PrometheusError(f"Prometheus answered a time that is not RFC 3339: {text!r}")
+    zone = match["zone"] or "Z"
+    stamp = datetime.fromisoformat(match["head"] + ("+00:00" if zone == "Z" else zone))
+    return stamp.timestamp() + (float(f"0.{match['frac']}") if match["frac"] else 0.0)
+
+
+@contextmanager
+def running_prometheus(folder: Path, targets: Sequence[str], *, job: str, rule_files: Sequence[Path] = (),
+                       scrape_interval: str = "1s", evaluation_interval: str = "1s") -> Iterator[Prometheus]:
+    """Run Prometheus scraping ``targets`` (``host:port``) as ``job`` with ``rule_files``; stopped on exit.
+
+    Its configuration, storage and log live in ``folder``. :class:`PrometheusError` when the binary is
+    missing (install Debian's ``prometheus``) or it did not become ready.
+    """
+    binary = shutil.which("prometheus")
+    if binary is None:
+        raise PrometheusError("prometheus is not installed (Debian: apt-get install prometheus)")
+    config = {
+        "global": {"scrape_interval": scrape_interval, "evaluation_interval": evaluation_interval,
+                   "scrape_timeout": scrape_interval},
+        "rule_files": [str(p) for p in rule_files],
+        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": list(targets)}]}],
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    config_path = folder / "prometheus.yml"
+    config_path.write_text(json.dumps(config, indent=2))  # JSON is YAML: no YAML writer needed
+    port = free_port()
+    log = folder / "prometheus.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [binary, f"--config.file={config_path}", f"--storage.tsdb.path={folder / 'data'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--enable-feature=exemplar-storage"],
+            stdout=out, stderr=subprocess.STDOUT)
+    prometheus = Prometheus(f"http://127.0.0.1:{port}", process, log)
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            try:
+                with urllib.request.urlopen(f"{prometheus.url}/-/ready", timeout=1.0) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise PrometheusError(f"Prometheus did not start; its log ends: {log.read_text()[-2000:]}")
+            time.sleep(0.2)
+        yield prometheus
+    finally:
+        stop_process(process)
+
+
+def stop_process(process: subprocess.Popen[Any], timeout_s: float = 10.0) -> None:
+    """SIGTERM ``process`` (by its pid), then SIGKILL after ``timeout_s``; waits for it."""
+    if process.poll() is None:
+        os.kill(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(timeout=timeout_s)

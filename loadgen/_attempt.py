@@ -1,0 +1,585 @@
+"""One attempt: send a request to an OpenAI-compatible endpoint, time what comes back, classify how it ended.
+
+Every moment is a ``time.monotonic_ns()`` reading of the client (the wall clock is read once, for
+``arrival_unix_s``): ``sent_ns`` just before the request is handed to the connection, the receive time of
+each read that completed an event, the first and last byte, the end of the attempt (the last byte, or the
+moment the client hung up). Events are decoded defensively: anything a server sends is data, never a reason
+to raise.
+
+How an attempt ends (the wire contract's table; the first terminal signal received wins):
+
+=============================================================  ================  ==========================
+what the client saw                                            finish_reason     reject_reason / error_type
+=============================================================  ================  ==========================
+a choice's ``finish_reason`` stop / length (and synonyms)      stop / length
+``finish_reason`` server_draining, or an error event of type   server_draining
+server_draining
+an error event of type deadline                                deadline
+the client hung up (its cancel delay, its timeout, a stop)     client_cancel
+429 / 503 whose body's ``error.type`` is a reject reason       rejected          that reason
+429 otherwise                                                  rejected          rate_limited
+another status                                                 error             ``http_<status>``
+another error event                                            error             stream_error
+no connection                                                  error             connect_error
+the connection failed after it was made                        error             read_error
+the body ended cleanly without a finish_reason                 error             truncated
+=============================================================  ================  ==========================
+
+A refusal by the client's own breaker is never sent; the runner records it (rejected, ``circuit_open``).
+:func:`attempt_row` turns an :class:`Attempt` into a request-summary row, :func:`attempt_log_entry` into a
+line of the attempts log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from llmslo.loadgen._behaviour import RequestPlan
+from llmslo.loadgen._sse import SseParser, SseTooLarge
+from llmslo.telemetry import REJECT_REASONS
+
+NS = 1_000_000_000
+MAX_ERROR_BODY_BYTES = 65_536
+"""How much of a refusal's or an error's body is read, bytes (the rest is not needed to classify it)."""
+MAX_REPLY_BYTES = 64 * 1024 * 1024
+"""The largest non-streamed reply read, bytes."""
+MAX_TEXT = 200
+"""Longest server-provided text kept in the attempts log (error types, messages, finish reasons), characters."""
+
+ERROR_TYPES: tuple[str, ...] = ("connect_error", "read_error", "stream_error", "truncated")
+"""The client's error classes besides ``http_<status>``."""
+
+STOP_SYNONYMS: frozenset[str] = frozenset({
+    "stop", "eos", "eos_token", "stop_sequence", "end_turn", "tool_calls", "function_call", "content_filter",
+})
+"""Finish reasons servers send for a reply that ended normally before its limit; recorded as ``stop``."""
+LENGTH_SYNONYMS: frozenset[str] = frozenset({"length", "max_tokens", "model_length"})
+"""Finish reasons for a reply cut at its token limit; recorded as ``length``."""
+ABORT_REASONS: frozenset[str] = frozenset({"abort", "aborted", "error", "cancelled"})
+"""Finish reasons that say the server gave up on the request; recorded as ``error`` / ``stream_error``."""
+
+
+def _text(value: object) -> str:
+    """A server-provided value as bounded text for logs (shown literally by whoever prints it)."""
+    return (value if isinstance(value, str) else json.dumps(value, default=str))[:MAX_TEXT]
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+@dataclass(slots=True)
+class Attempt:
+    """Everything the client saw of one request. Times are ``time.monotonic_ns()`` readings (ns)."""
+
+    request_id: str
+    index: int
+    scheduled_offset_s: float
+    prompt_words: int
+    max_tokens: int
+    plan: RequestPlan = field(default_factory=RequestPlan)
+    scheduled_ns: int = 0
+    sent_unix_s: float | None = None
+    sent_ns: int | None = None
+    status: int | None = None
+    retry_after: str | None = None
+    server_request_id: str | None = None
+    headers_ns: int | None = None
+    first_byte_ns: int | None = None
+    last_byte_ns: int | None = None
+    end_ns: int | None = None
+    chunk_ns: list[int] = field(default_factory=list)
+    chunk_tokens: list[int] | None = field(default_factory=list)
+    usage_completion_tokens: int | None = None
+    usage_prompt_tokens: int | None = None
+    server_finish_reason: str | None = None
+    server_error: str | None = None
+    drain_reason: str | None = None
+    terminal: str | None = None
+    terminal_ns: int | None = None
+    tokens_read: int = 0
+    saw_done: bool = False
+    malformed_events: int = 0
+    hangup_cause: str | None = None
+    transport_error: str | None = None
+    transport_detail: str | None = None
+    breaker_refused: bool = False
+    finish_reason: str = "error"
+    reject_reason: str | None = None
+    error_type: str | None = None
+    unknown_finish: bool = False
+
+    # ---- what the summary row needs ------------------------------------------------------------------
+
+    @property
+    def received_any(self) -> bool:
+        return self.first_byte_ns is not None
+
+    @property
+    def counted_tokens(self) -> int:
+        """Output tokens received, counted from the content chunks (a chunk's own usage when it carries one,
+        else one token per chunk)."""
+        if self.chunk_tokens is not None and len(self.chunk_tokens) == len(self.chunk_ns) and self.chunk_ns:
+            return sum(self.chunk_tokens)
+        return len(self.chunk_ns)
+
+    @property
+    def tokens_known_per_chunk(self) -> bool:
+        """True when each content chunk's token count is known (per-chunk usage, or usage equal to the count
+        of chunks)."""
+        if self.chunk_tokens is not None and self.chunk_ns and len(self.chunk_tokens) == len(self.chunk_ns):
+            return True
+        return self.usage_completion_tokens is not None and self.usage_completion_tokens == len(self.chunk_ns)
+
+    def per_chunk_tokens(self) -> list[int] | None:
+        """Tokens in each content chunk, when known."""
+        if self.chunk_tokens is not None and self.chunk_ns and len(self.chunk_tokens) == len(self.chunk_ns):
+            return list(self.chunk_tokens)
+        if self.usage_completion_tokens is not None and self.usage_completion_tokens == len(self.chunk_ns):
+            return [1] * len(self.chunk_ns)
+        return None
+
+    # ---- reading events ------------------------------------------------------------------------------
+
+    def on_payload(self, payload: bytes, now_ns: int) -> bool:
+        """Take one event's data; True when it was ``[DONE]`` (the stream is over)."""
+        if payload.strip() == b"[DONE]":
+            self.saw_done = True
+            return True
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            self.malformed_events += 1
+            return False
+        if not isinstance(obj, dict):
+            self.malformed_events += 1
+            return False
+        err = obj.get("error")
+        if err is not None:
+            kind = err.get("type") if isinstance(err, dict) else None
+            if self.server_error is None:
+                self.server_error = _text(kind if isinstance(kind, str) and kind else err)
+            if self.terminal is None:
+                self.terminal, self.terminal_ns = "error", now_ns
+            return False
+        content = False
+        choices = obj.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            choice = choices[0]
+            text = choice.get("text")
+            if text is None:
+                delta = choice.get("delta")
+                if isinstance(delta, dict):
+                    text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(text, str) and text:
+                content = True
+                self.chunk_ns.append(now_ns)
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str) and reason and self.server_finish_reason is None:
+                self.server_finish_reason = _text(reason)
+                if self.terminal is None:
+                    self.terminal, self.terminal_ns = "finish", now_ns
+        k = 0
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            completion = _count(usage.get("completion_tokens"))
+            prompt = _count(usage.get("prompt_tokens"))
+            if prompt is not None:
+                self.usage_prompt_tokens = prompt
+            if completion is not None:
+                k = completion - (self.usage_completion_tokens or 0)
+                self.usage_completion_tokens = completion
+        if content:
+            if self.chunk_tokens is not None:
+                if k >= 1:
+                    self.chunk_tokens.append(k)
+                else:
+                    self.chunk_tokens = None
+            self.tokens_read += k if k >= 1 else 1
+        reason = obj.get("drain_reason")
+        if reason is not None:
+            self.drain_reason = _text(reason)
+        return False
+
+    def on_reply(self, body: bytes, now_ns: int) -> None:
+        """Take a non-streamed reply (a JSON body with ``choices`` and ``usage``)."""
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            self.malformed_events += 1
+            return
+        if not isinstance(obj, dict):
+            self.malformed_events += 1
+            return
+        err = obj.get("error")
+        if err is not None:
+            kind = err.get("type") if isinstance(err, dict) else None
+            self.server_error = _text(kind if isinstance(kind, str) and kind else err)
+            self.terminal, self.terminal_ns = "error", now_ns
+            return
+        choices = obj.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            reason = choices[0].get("finish_reason")
+            if isinstance(reason, str) and reason:
+                self.server_finish_reason = _text(reason)
+                self.terminal, self.terminal_ns = "finish", now_ns
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            self.usage_completion_tokens = _count(usage.get("completion_tokens"))
+            self.usage_prompt_tokens = _count(usage.get("prompt_tokens"))
+        if self.usage_completion_tokens:  # a reply in one piece: its tokens arrived at once
+            self.chunk_ns = [now_ns]
+            self.chunk_tokens = [self.usage_completion_tokens]
+            self.tokens_read = self.usage_completion_tokens
+
+    # ---- classification ------------------------------------------------------------------------------
+
+    def classify(self, error_body: bytes | None = None) -> None:
+        """Set ``finish_reason``, ``reject_reason``, ``error_type`` from what was seen (the contract's table)."""
+        self.reject_reason = self.error_type = None
+        if self.breaker_refused:
+            self.finish_reason, self.reject_reason = "rejected", "circuit_open"
+        elif self.status is not None and self.status != 200:
+            self._classify_status(error_body)
+        elif self.terminal == "error":
+            self._classify_error_event()
+        elif self.terminal == "finish" and self.server_finish_reason is not None:
+            self._classify_finish(self.server_finish_reason)
+        elif self.hangup_cause is not None:
+            self.finish_reason = "client_cancel"
+        elif self.transport_error is not None:
+            self.finish_reason, self.error_type = "error", self.transport_error
+        else:
+            self.finish_reason, self.error_type = "error", "truncated"
+
+    def _classify_status(self, body: bytes | None) -> None:
+        status = self.status or 0
+        kind = _error_type_of(body)
+        if status in (429, 503) and kind in REJECT_REASONS:
+            self.finish_reason, self.reject_reason = "rejected", kind
+        elif status == 429:
+            self.finish_reason, self.reject_reason = "rejected", "rate_limited"
+        else:
+            self.finish_reason, self.error_type = "error", f"http_{status}"
+
+    def _classify_error_event(self) -> None:
+        kind = self.server_error
+        if kind == "server_draining":
+            self.finish_reason = "server_draining"
+        elif kind == "deadline":
+            self.finish_reason = "deadline"
+        else:
+            self.finish_reason, self.error_type = "error", "stream_error"
+
+    def _classify_finish(self, reason: str) -> None:
+        if reason in LENGTH_SYNONYMS:
+            self.finish_reason = "length"
+        elif reason == "server_draining":
+            self.finish_reason = "server_draining"
+        elif reason == "deadline":
+            self.finish_reason = "deadline"
+        elif reason in ABORT_REASONS:
+            self.finish_reason, self.error_type = "error", "stream_error"
+        else:
+            self.finish_reason = "stop"
+            self.unknown_finish = reason not in STOP_SYNONYMS
+
+
+def _error_type_of(body: bytes | None) -> str | None:
+    """``error.type`` (or a top-level ``type``) of a JSON error body; None when there is none."""
+    if not body:
+        return None
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    err = obj.get("error")
+    kind = err.get("type") if isinstance(err, dict) else obj.get("type")
+    return kind if isinstance(kind, str) else None
+
+
+# ---- the summary row and the log line --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """The identity columns of every row of a run."""
+
+    model: str
+    version: str = "client"
+    tenant_class: str = "default"
+
+
+def _s(ns: int, origin: int) -> float:
+    return max(0, ns - origin) / NS
+
+
+def token_weighted_gaps(chunk_ns: list[int], tokens: list[int] | None) -> list[float] | None:
+    """Inter-token gaps, seconds: a chunk carrying ``k`` tokens after a gap ``g`` gives ``k`` gaps of ``g / k``
+    (``tokens`` None: one gap per chunk). None when fewer than two chunks arrived."""
+    if len(chunk_ns) < 2:
+        return None
+    out: list[float] = []
+    for i in range(1, len(chunk_ns)):
+        gap = (chunk_ns[i] - chunk_ns[i - 1]) / NS
+        k = tokens[i] if tokens is not None else 1
+        if k <= 1:
+            out.append(gap)
+        else:
+            out.extend([gap / k] * k)
+    return out
+
+
+def attempt_row(a: Attempt, identity: Identity) -> dict[str, Any]:
+    """The request-summary row of attempt ``a``, measured on the client.
+
+    ``arrival_unix_s`` is the wall-clock moment of the send; ``ttft_s`` / ``last_token_s`` are the first and
+    last content chunk's receive times after the send, ``e2e_s`` the end of the attempt (last byte, or the
+    hang-up); ``client_ttft_s`` repeats ``ttft_s`` and ``client_e2e_s`` is the last byte received (null when
+    nothing was received: no connection, a refusal of the client's breaker, a hang-up before any byte).
+    ``queue_s`` is null (the client cannot see the server's queue). ``generated_tokens`` is the server's
+    ``usage.completion_tokens`` when it sent one, else the tokens counted; ``sent_tokens`` the tokens
+    received, never above ``generated_tokens``. ``itl_s`` holds the token-weighted chunk gaps.
+    """
+    origin = a.sent_ns if a.sent_ns is not None else a.end_ns or 0
+    end = a.end_ns if a.end_ns is not None else origin
+    rejected = a.finish_reason == "rejected"
+    counted = 0 if rejected else a.counted_tokens
+    usage = None if rejected else a.usage_completion_tokens
+    generated = usage if usage is not None and (usage > 0 or counted == 0) else counted
+    complete = a.server_finish_reason is not None and usage is not None
+    received = generated if complete else min(counted, generated)
+    first = last = None
+    if generated > 0:
+        if a.chunk_ns:
+            first, last = _s(a.chunk_ns[0], origin), _s(a.chunk_ns[-1], origin)
+        else:  # tokens the server counted but sent as empty text: at the event that ended the reply
+            first = last = _s(a.terminal_ns if a.terminal_ns is not None else end, origin)
+    e2e = max(_s(end, origin), last or 0.0)
+    gaps = None
+    if generated > 1 and len(a.chunk_ns) > 1:
+        gaps = token_weighted_gaps(a.chunk_ns, a.per_chunk_tokens())
+    return {
+        "request_id": a.request_id,
+        "model": identity.model,
+        "version": identity.version,
+        "tenant_class": identity.tenant_class,
+        "arrival_unix_s": a.sent_unix_s if a.sent_unix_s is not None else time.time(),
+        "finish_reason": a.finish_reason,
+        "reject_reason": a.reject_reason,
+        "error_type": a.error_type,
+        "queue_s": None,
+        "ttft_s": first,
+        "last_token_s": last,
+        "e2e_s": e2e,
+        "prompt_tokens": a.usage_prompt_tokens if a.usage_prompt_tokens is not None else a.prompt_words,
+        "proposed_tokens": 0,
+        "generated_tokens": generated,
+        "sent_tokens": received,
+        "client_ttft_s": first,
+        "client_e2e_s": _s(a.last_byte_ns, origin) if a.last_byte_ns is not None else None,
+        "stream_paused_s": 0.0,
+        "stream_max_queued": 0,
+        "itl_s": gaps,
+    }
+
+
+def attempt_log_entry(a: Attempt) -> dict[str, Any]:
+    """One line of the attempts log (JSON-ready): identity, schedule, send time (Unix s and monotonic ns),
+    status, ``Retry-After`` as received, the outcome, and every content chunk's receive time (monotonic ns)."""
+    late = None if a.sent_ns is None else (a.sent_ns - a.scheduled_ns) / NS
+    return {
+        "request_id": a.request_id,
+        "index": a.index,
+        "scheduled_offset_s": a.scheduled_offset_s,
+        "scheduled_ns": a.scheduled_ns,
+        "sent_unix_s": a.sent_unix_s,
+        "sent_ns": a.sent_ns,
+        "late_s": late,
+        "status": a.status,
+        "retry_after": a.retry_after,
+        "server_request_id": a.server_request_id,
+        "finish_reason": a.finish_reason,
+        "reject_reason": a.reject_reason,
+        "error_type": a.error_type,
+        "server_finish_reason": a.server_finish_reason,
+        "server_error": a.server_error,
+        "drain_reason": a.drain_reason,
+        "hangup": a.hangup_cause,
+        "transport_error": a.transport_detail,
+        "breaker_refused": a.breaker_refused,
+        "prompt_words": a.prompt_words,
+        "max_tokens": a.max_tokens,
+        "usage_prompt_tokens": a.usage_prompt_tokens,
+        "usage_completion_tokens": a.usage_completion_tokens,
+        "slow_reader_tokens_per_s": a.plan.slow_tokens_per_s,
+        "cancel_after_s": a.plan.cancel_after_s,
+        "timeout_s": a.plan.timeout_s,
+        "headers_ns": a.headers_ns,
+        "first_byte_ns": a.first_byte_ns,
+        "last_byte_ns": a.last_byte_ns,
+        "end_ns": a.end_ns,
+        "saw_done": a.saw_done,
+        "malformed_events": a.malformed_events,
+        "chunk_ns": a.chunk_ns,
+        "chunk_tokens": a.per_chunk_tokens(),
+    }
+
+
+# ---- sending ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to send: the URL of the endpoint, the JSON body, the headers; ``stream`` says whether the body
+    asks for a stream."""
+
+    url: str
+    body: bytes
+    headers: Mapping[str, str]
+    stream: bool
+
+
+class HangUps:
+    """The attempts in flight and their hang-up timers, so a stop can hang every one of them up at once."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, tuple[Attempt, asyncio.Timeout]] = {}
+        self._closed = False
+        self.hung_up = 0
+        """Attempts hung up by :meth:`hang_up_all` (or registered after it), each counted once."""
+
+    def add(self, a: Attempt, timer: asyncio.Timeout) -> None:
+        """Register an attempt just sent; after :meth:`hang_up_all` it is hung up at once."""
+        self._open[id(a)] = (a, timer)
+        if self._closed:
+            self._hang_up(a, timer, "stop", asyncio.get_running_loop().time())
+
+    def _hang_up(self, a: Attempt, timer: asyncio.Timeout, cause: str, now: float) -> None:
+        if a.hangup_cause is None:
+            a.hangup_cause = cause
+            self.hung_up += 1
+        timer.reschedule(now)
+
+    def discard(self, a: Attempt) -> None:
+        self._open.pop(id(a), None)
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def hang_up_all(self, cause: str = "stop") -> None:
+        """Hang up every attempt in flight now, and every one registered later (``cause`` goes to the log of
+        each one not already hanging up for a cause of its own)."""
+        self._closed = True
+        now = asyncio.get_running_loop().time()
+        for a, timer in list(self._open.values()):
+            self._hang_up(a, timer, cause, now)
+
+
+async def send_attempt(client: httpx.AsyncClient, request: Request, a: Attempt, hangups: HangUps,
+                       on_headers: Callable[[Attempt], None] | None = None) -> None:
+    """Send ``request``, read the answer into ``a``, classify it; ``on_headers(a)`` is called as soon as the
+    status and headers are in. Never raises but for cancellation of the calling task (which the runner never
+    does: it hangs up through ``hangups``)."""
+    loop = asyncio.get_running_loop()
+    deadline = a.plan.deadline_s
+    error_body: bytes | None = None
+    built = client.build_request("POST", request.url, content=request.body, headers=dict(request.headers))
+    a.sent_unix_s = time.time()
+    a.sent_ns = time.monotonic_ns()
+    timer = asyncio.timeout_at(None if deadline is None else loop.time() + deadline)
+    try:
+        async with timer:
+            hangups.add(a, timer)  # entered: a stop can reschedule it
+            error_body = await _exchange(client, built, request.stream, a, on_headers)
+    except TimeoutError:
+        if not timer.expired():  # pragma: no cover - a TimeoutError from elsewhere: a read that failed
+            a.transport_error, a.transport_detail = "read_error", "TimeoutError"
+        elif a.hangup_cause is None:
+            a.hangup_cause = a.plan.deadline_cause or "timeout"
+    except httpx.ConnectError as exc:
+        a.transport_error, a.transport_detail = "connect_error", _text(f"{type(exc).__name__}: {exc}")
+    except httpx.ConnectTimeout as exc:
+        a.transport_error, a.transport_detail = "connect_error", _text(f"{type(exc).__name__}: {exc}")
+    except SseTooLarge as exc:
+        a.transport_error, a.transport_detail = "stream_error", _text(str(exc))
+    except Exception as exc:  # httpx's read and protocol errors, OSError, anything else: data, never a crash
+        a.transport_error, a.transport_detail = "read_error", _text(f"{type(exc).__name__}: {exc}")
+    finally:
+        hangups.discard(a)
+        a.end_ns = time.monotonic_ns()
+        if a.last_byte_ns is not None and a.hangup_cause is None and a.transport_error is None:
+            a.end_ns = a.last_byte_ns  # the attempt ended with its last byte, not when the client noticed
+    a.classify(error_body)
+
+
+async def _exchange(client: httpx.AsyncClient, built: httpx.Request, stream: bool, a: Attempt,
+                    on_headers: Callable[[Attempt], None] | None) -> bytes | None:
+    """Send and read; the body of a non-200 answer (bounded) for classification, else None."""
+    response = await client.send(built, stream=True)
+    try:
+        a.headers_ns = time.monotonic_ns()
+        a.status = response.status_code
+        retry_after = response.headers.get("retry-after")
+        a.retry_after = _text(retry_after) if retry_after is not None else None
+        rid = response.headers.get("x-request-id")
+        a.server_request_id = _text(rid) if rid is not None else None
+        if on_headers is not None:
+            on_headers(a)
+        if response.status_code != 200:
+            return await _read_bounded(response, a, MAX_ERROR_BODY_BYTES)
+        if not stream:
+            body = await _read_bounded(response, a, MAX_REPLY_BYTES)
+            a.on_reply(body, a.last_byte_ns or time.monotonic_ns())
+            return None
+        await _read_stream(response, a)
+        return None
+    finally:
+        await response.aclose()
+
+
+async def _read_bounded(response: httpx.Response, a: Attempt, limit: int) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    async for data in response.aiter_bytes():
+        now = time.monotonic_ns()
+        if a.first_byte_ns is None:
+            a.first_byte_ns = now
+        a.last_byte_ns = now
+        parts.append(data)
+        size += len(data)
+        if size >= limit:
+            break
+    return b"".join(parts)
+
+
+async def _read_stream(response: httpx.Response, a: Attempt) -> None:
+    parser = SseParser()
+    pace = a.plan.slow_tokens_per_s
+    monotonic_ns = time.monotonic_ns
+    async for data in response.aiter_bytes():
+        now = monotonic_ns()
+        if a.first_byte_ns is None:
+            a.first_byte_ns = now
+        a.last_byte_ns = now
+        done = False
+        for payload in parser.feed(data):
+            if a.on_payload(payload, now):
+                done = True
+                break
+        if done:
+            return
+        if pace is not None and a.chunk_ns:
+            due = a.chunk_ns[0] + int((a.tokens_read - 1) * NS / pace)
+            wait = due - monotonic_ns()
+            if wait > 0:
+                await asyncio.sleep(wait / NS)

@@ -1,0 +1,186 @@
+"""The target: its URLs, the request bodies and headers sent to it, the prompts, and the reachability probe.
+
+A target is any OpenAI-compatible server: ``llmslo serve``, vLLM, SGLang, TGI. The URL may be the server's
+base (``http://host:8000``), its API root (``http://host:8000/v1``) or the endpoint itself
+(``http://host:8000/v1/chat/completions``). Requests use only the common OpenAI fields, plus vLLM's
+``ignore_eos`` (unless switched off) so a reply has exactly ``max_tokens`` tokens where the server honours it.
+
+A prompt of ``N`` tokens is ``N`` whitespace-separated words (``llmslo serve`` counts words; a real server
+tokenizes its own way, and its ``usage.prompt_tokens`` is what the summary records). Each request's prompt
+starts with a word of its own, so no two prompts share a cached prefix by accident.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from llmslo import __version__
+from llmslo.loadgen._schedule import SpecError
+from llmslo.telemetry import LlmsloError
+
+ENDPOINTS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+"""Endpoint kinds and their paths."""
+
+URL_FORM = "http(s)://HOST[:PORT][/PREFIX], e.g. http://127.0.0.1:8000 (or .../v1, or .../v1/completions)"
+REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+"""What a request id may look like (the wire contract)."""
+
+USER_AGENT = f"llmslo-load/{__version__}"
+"""The ``User-Agent`` of every request."""
+
+_WORDS: tuple[str, ...] = (
+    "time", "year", "people", "way", "day", "man", "thing", "woman", "life", "child", "world", "school",
+    "state", "family", "student", "group", "country", "problem", "hand", "part", "place", "case", "week",
+    "company", "system", "program", "question", "work", "government", "number", "night", "point", "home",
+    "water", "room", "mother", "area", "money", "story", "fact", "month", "lot", "right", "study", "book",
+    "eye", "job", "word", "business", "issue", "side", "kind", "head", "house", "service", "friend", "father",
+    "power", "hour", "game", "line", "end", "member", "law", "car", "city", "community", "name", "president",
+    "team", "minute", "idea", "kid", "body", "information", "back", "parent", "face", "others", "level",
+    "office", "door", "health", "person", "art", "war", "history", "party", "result", "change", "morning",
+    "reason", "research", "girl", "guy", "moment", "air", "teacher", "force", "education",
+)
+
+
+class Unreachable(LlmsloError):
+    """The target did not answer at all (no connection): nothing was sent."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where requests go: ``base`` (scheme, host, port and path prefix, no ``/v1``) and the endpoint kind."""
+
+    base: str
+    endpoint: str = "completions"
+
+    @classmethod
+    def parse(cls, url: str, endpoint: str | None = None) -> Target:
+        """The target of ``url`` (see the module docstring). ``endpoint`` (``completions`` or ``chat``)
+        overrides one implied by the URL; a contradiction, or a URL that is not http(s), raises
+        :class:`SpecError`."""
+        parts = urlsplit(url.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise SpecError("URL", url, URL_FORM, "not an http(s) URL with a host:")
+        if parts.query or parts.fragment:
+            raise SpecError("URL", url, URL_FORM, "takes no query or fragment:")
+        path = parts.path.rstrip("/")
+        implied = None
+        for kind, suffix in ENDPOINTS.items():
+            if path.endswith(suffix):
+                implied, path = kind, path[: -len(suffix)]
+                break
+        else:
+            if path.endswith("/v1"):
+                path = path[:-3]
+        if endpoint is not None and endpoint not in ENDPOINTS:
+            raise SpecError("--endpoint", endpoint, " or ".join(ENDPOINTS), "unknown endpoint")
+        if endpoint is not None and implied is not None and endpoint != implied:
+            raise SpecError("--endpoint", endpoint, f"{implied} (the URL names {ENDPOINTS[implied]})",
+                            "contradicts the URL:")
+        return cls(urlunsplit((parts.scheme, parts.netloc, path, "", "")), endpoint or implied or "completions")
+
+    @property
+    def url(self) -> str:
+        """The endpoint's URL."""
+        return self.base + ENDPOINTS[self.endpoint]
+
+    @property
+    def models_url(self) -> str:
+        return self.base + "/v1/models"
+
+
+class PromptBook:
+    """Prompts of a given number of words, seeded: the first word is the request's own (``r<index>``), the rest
+    a slice of a fixed random tape of common words."""
+
+    TAPE_WORDS = 65_536
+
+    def __init__(self, seed: int = 0) -> None:
+        rng = random.Random(f"{seed}:prompt")
+        self._tape = [rng.choice(_WORDS) for _ in range(self.TAPE_WORDS)]
+
+    def prompt(self, index: int, words: int) -> str:
+        """``words`` (>= 1) whitespace-separated words for request ``index``."""
+        rest = words - 1
+        tape = self._tape
+        start = (index * 7919) % len(tape)
+        picked: list[str] = [f"r{index}"]
+        while rest > 0:
+            take = min(rest, len(tape) - start)
+            picked.extend(tape[start:start + take])
+            rest -= take
+            start = 0
+        return " ".join(picked)
+
+
+@dataclass(frozen=True)
+class RequestShape:
+    """What every request of a run carries: ``model``, streaming or not, ``ignore_eos``, the headers."""
+
+    model: str
+    endpoint: str = "completions"
+    stream: bool = True
+    ignore_eos: bool = True
+    api_key: str | None = None
+    tenant_class: str | None = None
+
+    def body(self, prompt: str, max_tokens: int) -> bytes:
+        """The JSON body of one request."""
+        body: dict[str, object] = {"model": self.model, "max_tokens": max_tokens, "stream": self.stream}
+        if self.endpoint == "chat":
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt
+        if self.stream:
+            body["stream_options"] = {"include_usage": True}
+        if self.ignore_eos:
+            body["ignore_eos"] = True
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    def headers(self, request_id: str) -> dict[str, str]:
+        """The headers of one request (``X-Request-Id`` always; ``X-Tenant-Class`` and ``Authorization`` when
+        configured)."""
+        out = {
+            "content-type": "application/json",
+            "accept": "text/event-stream" if self.stream else "application/json",
+            "accept-encoding": "identity",
+            "x-request-id": request_id,
+            "user-agent": USER_AGENT,
+        }
+        if self.tenant_class is not None:
+            out["x-tenant-class"] = self.tenant_class
+        if self.api_key is not None:
+            out["authorization"] = f"Bearer {self.api_key}"
+        return out
+
+
+def auth_headers(api_key: str | None) -> Mapping[str, str]:
+    return {} if api_key is None else {"authorization": f"Bearer {api_key}"}
+
+
+async def probe(target: Target, *, api_key: str | None = None, timeout_s: float = 10.0) -> list[str]:
+    """Ask the target for its models (``GET /v1/models``): the model ids it lists (empty when it answers
+    without a list, e.g. 404). Raises :class:`Unreachable` when no connection can be made."""
+    try:
+        async with httpx.AsyncClient(timeout=timeout_s, trust_env=False) as client:
+            response = await client.get(target.models_url, headers=dict(auth_headers(api_key)))
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        raise Unreachable(f"cannot reach {target.base}: {type(exc).__name__}: {exc}") from None
+    except httpx.HTTPError as exc:
+        raise Unreachable(f"{target.base} did not answer GET {target.models_url}: {type(exc).__name__}: {exc}") \
+            from None
+    if response.status_code != 200:
+        return []
+    try:
+        data = response.json().get("data")
+    except (ValueError, AttributeError):
+        return []
+    if not isinstance(data, list):
+        return []
+    return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]

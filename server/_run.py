@@ -1,0 +1,230 @@
+"""Serving a configuration under uvicorn: the listening socket, the SIGTERM drain, a clean exit.
+
+The listening socket is made here, with a small ``SO_SNDBUF`` (the accepted sockets inherit it) and handed to
+uvicorn (``Server.serve(sockets=[...])``); each connection's transport also gets a write-buffer limit of the
+same size, so a client that reads slowly is felt within a few KB: the ASGI ``send`` waits, the request's
+send queue fills, and the engine stops giving that request tokens.
+
+On SIGTERM (or SIGINT) the drain runs in the one safe order: readiness false (``/ready`` 503, new requests
+503 ``draining``), the settle time, the wait for in-flight requests (closing idle or too-old streams, and at
+the budget ``terminate`` or ``return_to_pool``), then, unless the instance returned to the pool, uvicorn stops,
+the engine stops, the summary sink is flushed and closed, the drain record is written and the process exits
+0. A second signal during a drain ends every request still in flight (``server_draining``) at once.
+uvicorn is imported here, on first use (the ``serve`` extra).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from llmslo.controls import DrainRecord
+from llmslo.server._app import ServerApp
+from llmslo.server._config import ServerConfig
+from llmslo.telemetry import SloPolicy, SummarySink, SummaryWriter, Telemetry
+
+if TYPE_CHECKING:
+    import uvicorn
+
+log = logging.getLogger("llmslo.server")
+
+SINK_CLOSE_S = 10.0
+"""The longest wait for the summary sink's last writes at exit (seconds)."""
+HANDLERS_FINISH_S = 5.0
+"""After the drain, the longest wait for the handlers to send their last events (seconds)."""
+
+
+@dataclass
+class RunResult:
+    """How a run ended: the exit status, the drain records (one per drain), the sink's final counts."""
+
+    exit_code: int = 0
+    drains: list[DrainRecord] = field(default_factory=list)
+    summaries_written: int = 0
+    summaries_dropped: dict[str, int] = field(default_factory=dict)
+
+
+def listening_socket(host: str, port: int, send_buffer: int) -> socket.socket:
+    """A bound, listening TCP socket whose accepted sockets inherit ``SO_SNDBUF`` = ``send_buffer`` bytes.
+
+    Raises ``OSError`` (the address is in use, the host cannot be resolved).
+    """
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
+        sock.bind(address)
+        sock.listen(2048)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _protocol(write_limit: int) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol with the transport's write buffer limited to ``write_limit`` bytes."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class LimitedWrites(H11Protocol):
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            transport.set_write_buffer_limits(high=write_limit)
+            super().connection_made(transport)
+
+    return LimitedWrites
+
+
+def _server_class() -> type[uvicorn.Server]:
+    import uvicorn
+
+    class QuietSignals(uvicorn.Server):
+        """uvicorn without its own signal handling: SIGTERM starts the drain instead of a stop."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Any:
+            yield
+
+    return QuietSignals
+
+
+def make_telemetry(config: ServerConfig, writer: SummaryWriter | None) -> tuple[Telemetry, SummarySink | None]:
+    """The telemetry of a run: the SLO policy of ``--slo-ttft`` / ``--slo-tpot``, the version, a summary sink
+    writing through ``writer`` (None: no summaries kept)."""
+    sink = SummarySink(writer) if writer is not None else None
+    policy = SloPolicy(ttft_s=config.slo_ttft_s, tpot_s=config.slo_tpot_s)
+    return Telemetry(policies=[policy], version=config.version, sink=sink), sink
+
+
+def run_server(config: ServerConfig, *, writer: SummaryWriter | None = None,
+               on_ready: Callable[[str], None] = print) -> RunResult:
+    """Serve ``config`` until a signal has drained it (see the module docstring); the result.
+
+    ``writer`` receives the request summaries (``JsonlWriter``, ``DuckDBSummaryWriter``; ignored without
+    telemetry); ``on_ready`` is called once with ``serving MODEL on http://HOST:PORT`` when the server
+    accepts connections. Raises ``OSError`` when the socket cannot be bound (nothing else started then).
+    """
+    sock = listening_socket(config.host, config.port, config.send_buffer)
+    try:
+        return asyncio.run(_serve(config, sock, writer, on_ready))
+    finally:
+        sock.close()
+
+
+class _Run:
+    """The state of one run: the app, uvicorn, the signals seen, the drain task."""
+
+    def __init__(self, config: ServerConfig, app: ServerApp, server: uvicorn.Server, result: RunResult) -> None:
+        self.config = config
+        self.app = app
+        self.server = server
+        self.result = result
+        self.signals = 0
+        self.drain_task: asyncio.Task[None] | None = None
+        self.stop_task: asyncio.Task[None] | None = None
+
+    def on_signal(self) -> None:
+        self.signals += 1
+        loop = asyncio.get_running_loop()
+        if self.signals == 1:
+            self.drain_task = loop.create_task(self.drain_then_stop())
+        elif self.signals == 2:
+            self.stop_task = loop.create_task(self.stop_now())
+
+    async def drain_then_stop(self) -> None:
+        app, drain = self.app, self.app.drain
+        if drain is None:  # the no-telemetry mode has no drain controller
+            self.server.should_exit = True
+            return
+        drain.begin(from_version=self.config.version, to_version=self.config.next_version or "")
+        record = await drain.run()
+        self.result.drains.append(record)
+        if record.decision == "return_to_pool":
+            log.warning("drain budget spent with %d requests in flight: back in the pool, still serving",
+                        record.remaining)
+            self.signals = 0  # the next signal drains again
+            return
+        await app.wait_idle(HANDLERS_FINISH_S)
+        await asyncio.sleep(self.config.exit_linger_s)  # a last scrape sees the final counts
+        self.server.should_exit = True
+
+    async def stop_now(self) -> None:
+        if self.drain_task is not None:
+            self.drain_task.cancel()
+        self.app.terminate_all()
+        await self.app.wait_idle(HANDLERS_FINISH_S)
+        self.server.should_exit = True
+
+
+async def _serve(config: ServerConfig, sock: socket.socket, writer: SummaryWriter | None,
+                 on_ready: Callable[[str], None]) -> RunResult:
+    import uvicorn
+
+    tel, sink = make_telemetry(config, writer) if config.telemetry else (None, None)
+    app = ServerApp(config, tel)
+    uv = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False,
+                        http=_protocol(config.send_buffer), timeout_graceful_shutdown=int(HANDLERS_FINISH_S))
+    server = _server_class()(uv)
+    result = RunResult()
+    run = _Run(config, app, server, result)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, run.on_signal)
+    try:
+        app.start()
+        serving = loop.create_task(server.serve(sockets=[sock]))
+        while not server.started and not serving.done():
+            await asyncio.sleep(0.01)
+        if server.started:
+            host, port = sock.getsockname()[:2]
+            shown_host = f"[{host}]" if ":" in host else host
+            on_ready(f"serving {config.model} on http://{shown_host}:{port}")
+        await serving
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await app.close()
+        if sink is not None:
+            sink.close(timeout_s=SINK_CLOSE_S)
+            result.summaries_written = sink.written
+            result.summaries_dropped = dict(sink.dropped)
+        if config.drain_record is not None and result.drains:
+            write_drain_record(config, result.drains[-1])
+    return result
+
+
+def drain_record_document(config: ServerConfig, record: DrainRecord) -> dict[str, object]:
+    """The update record ``llmslo rollout record`` accepts for one drain: ``update_id`` and the drain section
+    (from which it takes the versions, the impact, the start and the end)."""
+    update_id = config.update_id or f"{config.version}-to-{config.next_version}-{int(record.started_unix_s)}"
+    return {"update_id": update_id, "drain": record.to_dict()}
+
+
+def write_drain_record(config: ServerConfig, record: DrainRecord) -> Path:
+    """Write the drain's update record to ``config.drain_record`` (whole or not at all: a temporary file
+    renamed over it); the path."""
+    path = config.drain_record
+    assert path is not None
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(drain_record_document(config, record), fh, indent=2)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path

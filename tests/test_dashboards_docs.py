@@ -1,0 +1,41 @@
+"""docs/dashboards.md: its Python example runs and its commands name real options."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from llmslo.tests._dashboards import EXAMPLE, ROOT
+
+PAGE = ROOT / "docs" / "dashboards.md"
+
+
+def test_the_python_example_writes_both_dashboards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (code,) = re.findall(r"```python\n(.*?)```", PAGE.read_text(), re.S)
+    (tmp_path / "examples").mkdir()
+    shutil.copy(EXAMPLE, tmp_path / "examples" / EXAMPLE.name)
+    monkeypatch.chdir(tmp_path)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, str(PAGE), "exec"), {"__name__": "docs_example"})
+    assert sorted(p.name for p in (tmp_path / "dashboards").iterdir()) == [
+        "llmslo-chat-serving.json", "llmslo-chat-slo.json"]
+    assert out.getvalue().splitlines()[0].startswith("Error budget left, every SLO | llmslo:slo_error_budget:")
+
+
+def test_the_commands_of_the_page_use_options_the_command_has() -> None:
+    from typer.testing import CliRunner
+
+    from llmslo.cli._app import app
+
+    help_text = CliRunner().invoke(app, ["dashboards", "generate", "--help"]).output
+    commands = re.findall(r"^llmslo dashboards generate (.*?)(?:\s+#.*)?$", PAGE.read_text(), re.M)
+    assert len(commands) == 3
+    for command in commands:
+        for option in re.findall(r"(?<!\S)(--?[a-z][a-z-]*)", command):
+            assert option in help_text, (option, command)

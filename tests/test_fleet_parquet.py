@@ -1,0 +1,254 @@
+"""Partitioned Parquet: the sink writes date=/hour= folders; the report reads them lazily with DuckDB, prunes the
+partitions outside --from/--to, keeps under its memory limit, and gives the store's report."""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from llmslo.analysis import GoodputPolicy, ReportSpec, Store, StoreError, build_report, polars_schema
+from llmslo.analysis.engines import DuckDBEngine, Engine, TimeRange, open_parquet, open_store_range, parse_memory_limit
+from llmslo.analysis.store import ParquetSummaryWriter, summary_table
+from llmslo.cli._anomalies import QueryProgress
+from llmslo.telemetry import COLUMNS, ConfigurationError
+from llmslo.tests._engines_support import differences
+from llmslo.tests._rows import cancelled_row, ok_row, rejected_row
+
+DAY = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+HOUR = 3_600.0
+
+
+def _rows() -> list[dict[str, Any]]:
+    """Requests over 27 hours (two days), some cancelled or rejected."""
+    rows: list[dict[str, Any]] = []
+    for i in range(540):
+        at = DAY + i * 180.0 + 7.0  # every 3 minutes
+        kind = i % 9
+        if kind == 4:
+            rows.append(cancelled_row(i, arrival_unix_s=at, waited_s=2.0 + i % 5))
+        elif kind == 7:
+            rows.append(rejected_row(i, arrival_unix_s=at))
+        else:
+            ttft = 0.2 + (i % 13) * 0.05
+            rows.append(ok_row(i, arrival_unix_s=at, ttft_s=ttft, last_token_s=ttft + 1, e2e_s=ttft + 1.2,
+                               model="a" if i % 2 else "b"))
+    return [{c.name: r.get(c.name, c.default) for c in COLUMNS} for r in rows]
+
+
+def _sink(folder: Path, rows: list[dict[str, Any]], **kw: Any) -> ParquetSummaryWriter:
+    writer = ParquetSummaryWriter(folder, **kw)
+    for i in range(0, len(rows), 50):
+        writer.write(rows[i:i + 50])
+    writer.close()
+    return writer
+
+
+def _store(path: Path, rows: list[dict[str, Any]]) -> Store:
+    store = Store.open(path)
+    store.ingest_frame(pl.DataFrame(rows, schema=polars_schema()))
+    return store
+
+
+SPECS = [ReportSpec(GoodputPolicy()), ReportSpec(GoodputPolicy(window_s=3_600.0), by=("model",)),
+         ReportSpec(GoodputPolicy(), by=("finish_reason",))]
+
+
+def test_the_sink_writes_one_folder_per_utc_hour_of_arrival_and_only_complete_files(tmp_path: Path) -> None:
+    rows = _rows()
+    writer = _sink(tmp_path / "pq", rows, rotate_rows=15, max_open=2)
+    assert not list((tmp_path / "pq").rglob("*.partial"))
+    assert sorted({f.parent.relative_to(tmp_path / "pq").as_posix() for f in writer.files})[:2] == [
+        "date=2026-01-01/hour=00", "date=2026-01-01/hour=01"]
+    assert len({f.parent for f in writer.files}) == 27
+    seen = 0
+    for f in writer.files:
+        table = pq.read_table(f)
+        assert table.num_rows <= 15
+        day, hour = f.parent.parent.name.removeprefix("date="), int(f.parent.name.removeprefix("hour="))
+        for t in table.column("arrival_unix_s").to_pylist():
+            assert time.strftime("%Y-%m-%d", time.gmtime(t)) == day and time.gmtime(t).tm_hour == hour
+        seen += table.num_rows
+    assert seen == len(rows)
+
+
+def test_the_flat_layout_is_kept_on_request(tmp_path: Path) -> None:
+    writer = _sink(tmp_path / "flat", _rows()[:100], partitioned=False, rotate_rows=60)
+    assert [f.parent for f in writer.files] == [tmp_path / "flat"] * 2
+
+
+def test_bad_writer_settings_name_the_field() -> None:
+    with pytest.raises(ConfigurationError, match="max_open"):
+        ParquetSummaryWriter("x", max_open=0)
+
+
+def test_partitioned_files_ingest_without_their_folder_names_as_columns(tmp_path: Path) -> None:
+    writer = _sink(tmp_path / "pq", _rows())
+    with Store.open(tmp_path / "s.duckdb") as store:
+        reports = store.ingest_files(writer.files)
+        assert sum(r.rows_inserted for r in reports) == 540 and store.count() == 540
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=["all", "hourly-by-model", "by-reason"])
+def test_the_report_over_the_files_is_the_report_over_the_store(tmp_path: Path, spec: ReportSpec) -> None:
+    rows = _rows()
+    _sink(tmp_path / "pq", rows)
+    engine = open_parquet(str(tmp_path / "pq" / "**" / "*.parquet"), memory_limit=parse_memory_limit("256MB"))
+    try:
+        with _store(tmp_path / "s.duckdb", rows) as store:
+            want = build_report(store.con, spec).to_dict()
+        got = build_report(engine, spec).to_dict()
+    finally:
+        engine.close()
+    assert differences(want, got) == []
+    assert got["groups"][0]["attempted"] > 0
+
+
+def test_a_time_range_opens_only_its_partitions_and_keeps_exactly_its_arrivals(tmp_path: Path) -> None:
+    rows = _rows()
+    _sink(tmp_path / "pq", rows)
+    # a file that is no Parquet at all, in an hour outside the range: opening it would fail
+    broken = tmp_path / "pq" / "date=2026-01-02" / "hour=02" / "summaries-0-0.parquet"
+    broken.write_bytes(b"not parquet")
+    lo, hi = DAY + 5 * HOUR + 7.0, DAY + 9 * HOUR + 7.0  # two of the arrivals sit exactly on the bounds
+    window = TimeRange(lo, hi)
+    engine = open_parquet(str(tmp_path / "pq"), time_range=window)
+    try:
+        got = build_report(engine, ReportSpec(GoodputPolicy())).to_dict()
+    finally:
+        engine.close()
+    inside = [r for r in rows if lo <= r["arrival_unix_s"] < hi]
+    with _store(tmp_path / "s.duckdb", inside) as store:
+        want = build_report(store.con, ReportSpec(GoodputPolicy())).to_dict()
+    assert differences(want, got) == [] and got["totals"]["attempted"] == len(inside) == 80
+    with pytest.raises(StoreError, match=r"hour=02/summaries-0-0\.parquet"):  # without the range it is read
+        open_parquet(str(tmp_path / "pq"))
+
+
+def test_a_store_seen_through_a_time_range_reports_only_those_arrivals(tmp_path: Path) -> None:
+    rows = _rows()
+    lo, hi = DAY + 3 * HOUR, DAY + 20 * HOUR
+    with _store(tmp_path / "all.duckdb", rows):
+        pass
+    with _store(tmp_path / "some.duckdb", [r for r in rows if lo <= r["arrival_unix_s"] < hi]) as some:
+        want = build_report(some.con, SPECS[1]).to_dict()
+    engine = open_store_range(tmp_path / "all.duckdb", TimeRange(lo, hi))
+    try:
+        assert differences(want, build_report(engine, SPECS[1]).to_dict()) == []
+    finally:
+        engine.close()
+
+
+def test_the_memory_limit_is_duckdbs_own(tmp_path: Path) -> None:
+    _sink(tmp_path / "pq", _rows()[:10])
+    engine = open_parquet(str(tmp_path / "pq"), memory_limit=parse_memory_limit("300MiB"))
+    try:
+        assert isinstance(engine, DuckDBEngine)
+        (limit,) = engine.con.sql("SELECT current_setting('memory_limit')").fetchall()[0]
+    finally:
+        engine.close()
+    assert limit == "300.0 MiB"
+    assert parse_memory_limit("4GB") == 4 * 10**9 and parse_memory_limit("2GiB") == 2 * 2**30
+    for bad in ("lots", "-1GB", "10MB", "4XB", "nanGB"):
+        with pytest.raises(ConfigurationError, match="--memory-limit"):
+            parse_memory_limit(bad)
+
+
+def test_files_that_are_not_summaries_are_named(tmp_path: Path) -> None:
+    folder = tmp_path / "pq" / "date=2026-01-01" / "hour=00"
+    folder.mkdir(parents=True)
+    table = summary_table(_rows()[:3]).drop_columns(["e2e_s"])
+    pq.write_table(table, folder / "x.parquet")
+    with pytest.raises(StoreError, match=r"x\.parquet.*required column 'e2e_s' is missing"):
+        open_parquet(str(tmp_path / "pq"))
+    pq.write_table(table.append_column("e2e_s", pa.array(["slow"] * 3)), folder / "x.parquet")
+    with pytest.raises(StoreError, match=r"column 'e2e_s' is string"):
+        open_parquet(str(tmp_path / "pq"))
+    with pytest.raises(StoreError, match="no Parquet file matches"):
+        open_parquet(str(tmp_path / "empty"))
+    with pytest.raises(ConfigurationError, match="--to"):
+        TimeRange(DAY, DAY)
+
+
+class _SlowEngine(DuckDBEngine):
+    """Reports progress 0, 40, 80 ... percent, one step per poll."""
+
+    def __init__(self) -> None:
+        import duckdb
+
+        super().__init__(duckdb.connect(), owned=True)
+        self.steps = iter(range(0, 101, 40))
+
+    def query_progress(self) -> float | None:
+        return float(next(self.steps, 100))
+
+
+def test_the_progress_bar_shows_the_stage_and_how_far_the_query_is() -> None:
+    from rich.console import Console
+
+    out = io.StringIO()
+    engine: Engine = _SlowEngine()
+    bar = QueryProgress(engine, True, delay_s=0.0, poll_s=0.05, console=Console(file=out, force_terminal=True,
+                                                                                  width=100))
+    bar("aggregating")
+    time.sleep(0.5)
+    bar.stop()
+    engine.close()
+    text = out.getvalue()
+    assert "aggregating" in text and "40%" in text and "80%" in text
+    quiet = QueryProgress(_SlowEngine(), True, console=Console(file=io.StringIO()))  # not a terminal
+    quiet("aggregating")
+    assert quiet.enabled is False and quiet._thread is None
+
+
+class _Counting(DuckDBEngine):
+    """A DuckDB engine that keeps the text of every query it runs (and can fail the ones naming a word)."""
+
+    def __init__(self, con: Any, budget: int, fail_on: str | None = None) -> None:
+        super().__init__(con, holistic_budget_bytes=budget)
+        self.queries: list[str] = []
+        self.fail_on = fail_on
+
+    def rows(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+        import duckdb
+
+        self.queries.append(sql)
+        if self.fail_on is not None and self.fail_on in sql:
+            raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block")
+        return super().rows(sql, params)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=["all", "hourly-by-model", "by-reason"])
+def test_exact_quantiles_packed_into_queries_under_a_budget_give_the_same_report(tmp_path: Path,
+                                                                                  spec: ReportSpec) -> None:
+    rows = _rows()
+    rows[5]["itl_s"] = [0.01, 0.02, 0.05]  # an ITL distribution too
+    with _store(tmp_path / "s.duckdb", rows) as store:
+        want = build_report(store.con, spec).to_dict()
+        one_each = _Counting(store.con, budget=1)  # every exact quantile in a query of its own
+        assert build_report(one_each, spec).to_dict() == want
+        pairs = _Counting(store.con, budget=16 * len(rows) * 2)  # about two of them per query
+        assert build_report(pairs, spec).to_dict() == want
+        roomy = _Counting(store.con, budget=10**9)  # all of them fit: they stay in the main aggregate
+        assert build_report(roomy, spec).to_dict() == want
+    alone = [q for q in one_each.queries if "quantile" in q]
+    assert all(q.count("quantile") == 1 for q in alone) and len(alone) >= 6
+    packed = [q.count("quantile") for q in pairs.queries if "quantile" in q]
+    assert max(packed) == 2 and len(packed) < len(alone)
+    for engine in (one_each, pairs):
+        main = next(q for q in engine.queries if '"attempted"' in q)
+        assert "quantile" not in main  # the main aggregate holds no value in memory
+    assert len([q for q in roomy.queries if "quantile" in q]) == 2  # the main aggregate and the ITL pass
+
+
+def test_quantiles_that_cannot_fit_the_memory_limit_say_what_to_change(tmp_path: Path) -> None:
+    with _store(tmp_path / "s.duckdb", _rows()) as store:
+        engine = _Counting(store.con, budget=1, fail_on="quantile_cont(e2e_s")
+        with pytest.raises(ConfigurationError, match=r"--memory-limit: the exact quantiles of e2e_s hold about"):
+            build_report(engine, ReportSpec(GoodputPolicy()))
