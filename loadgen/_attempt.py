@@ -264,6 +264,8 @@ class Attempt:
         kind = _error_type_of(body)
         if status in (429, 503) and kind in REJECT_REASONS:
             self.finish_reason, self.reject_reason = "rejected", kind
+        elif kind == "deadline":  # the server's deadline before any token: a queue timeout (429), a 504
+            self.finish_reason = "deadline"
         elif status == 429:
             self.finish_reason, self.reject_reason = "rejected", "rate_limited"
         else:

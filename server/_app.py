@@ -388,7 +388,8 @@ class ServerApp:
         refusal = await self._admit(r, scope)
         if refusal is not None:
             if t.finish_reason != "client_cancel":
-                await _refuse(send, r.rid, refusal)
+                # a queue timeout: admitted, waited, finished deadline; the body says so (429 + Retry-After kept)
+                await _refuse(send, r.rid, refusal, "deadline" if t.finish_reason == "deadline" else None)
             return
         if t.done:  # ended while it waited for admission (its timer, the drain; a client cancel)
             await self._respond_ended(send, r, watcher)
@@ -637,11 +638,12 @@ async def _respond(send: Send, status: int, rid: str, body: bytes,
     await send({"type": "http.response.body", "body": body})
 
 
-async def _refuse(send: Send, rid: str, decision: Decision) -> None:
-    """The answer to a refusal: its status, ``Retry-After`` when known, the OpenAI-style error body."""
+async def _refuse(send: Send, rid: str, decision: Decision, error_type: str | None = None) -> None:
+    """The answer to a refusal: its status, ``Retry-After`` when known, the OpenAI-style error body whose
+    ``type`` is the reject reason, or ``error_type`` (``deadline``: a request that timed out in the queue)."""
     status = decision.http_status
     extra: dict[str, object] = {}
     if decision.retry_after_s is not None and math.isfinite(decision.retry_after_s):
         extra["retry_after_s"] = decision.retry_after_s
-    body = error_body(decision.detail or str(decision.reason), str(decision.reason), status, **extra)
+    body = error_body(decision.detail or str(decision.reason), error_type or str(decision.reason), status, **extra)
     await _respond(send, status, rid, body, decision.headers())

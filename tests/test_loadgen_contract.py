@@ -137,6 +137,14 @@ def test_a_refusal_is_rejected_with_its_reason(server: ServerProcess, mode: dict
     assert entry["server_request_id"] == row["request_id"]
 
 
+@pytest.mark.parametrize("status", [429, 504])
+def test_an_answer_that_says_deadline_finishes_deadline(server: ServerProcess, status: int) -> None:
+    # llmslo serve answers a queue timeout 429 + Retry-After and a request timeout 504, both of type deadline.
+    row, _ = only(server.url(status=status, type="deadline"))
+    assert _outcome(row) == ("deadline", None, None)
+    assert row["ttft_s"] is None and row["generated_tokens"] == 0
+
+
 def test_the_client_breaker_refuses_without_sending(server: ServerProcess) -> None:
     cfg = LoadConfig(Target.parse(server.url()), MODEL)
     breaker = make_breaker(cfg)

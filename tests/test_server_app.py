@@ -221,6 +221,25 @@ def test_overload_gives_429_with_retry_after_and_rejected_queue_full_summaries()
         assert by_id[r.headers["x-request-id"]]["finish_reason"] == "length"
 
 
+def test_a_queue_timeout_answers_429_with_retry_after_and_says_deadline_as_its_summary_does() -> None:
+    # One slot, a long request holding it; the second waits in the queue past its timeout.
+    app, rows = make_app(max_num_seqs=1, max_queue=4, queue_timeout_s=0.2, speed=1.0)
+
+    async def body(c: httpx.AsyncClient) -> httpx.Response:
+        long = asyncio.ensure_future(c.post("/v1/completions", json=completion(max_tokens=64, ignore_eos=True),
+                                            headers={"X-Request-Id": "long"}))
+        await asyncio.sleep(0.05)
+        waiting = await c.post("/v1/completions", json=completion(max_tokens=4), headers={"X-Request-Id": "wait"})
+        await long
+        return waiting
+
+    waited = run(app, body)
+    assert waited.status_code == 429 and int(waited.headers["retry-after"]) >= 1
+    assert waited.json()["error"]["type"] == "deadline"
+    row = next(r for r in rows if r["request_id"] == "wait")
+    assert (row["finish_reason"], row["reject_reason"]) == ("deadline", None)
+
+
 def test_the_rate_limit_refuses_per_key_with_retry_after() -> None:
     app, rows = make_app(rate_limit=0.5, rate_burst=1)
 
