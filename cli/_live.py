@@ -60,7 +60,7 @@ class LivePlan:
     calm_s: float = 10.0
     burst_s: float = 12.0
     burst_factor: float = 4.0
-    after_burst_s: float = 25.0
+    after_burst_s: float = 35.0
     """Calm between the end of the burst and SIGTERM: long enough for the alerts to resolve."""
     load_after_sigterm_s: float = 3.0
     """The load goes on this long after SIGTERM: arrivals that meet the drain (503 ``draining``)."""
