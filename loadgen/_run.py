@@ -328,11 +328,6 @@ class LoadRun:
                     break
                 dispatched += 1
                 a = self._attempt(arrival, due)
-                if not self.breaker.allow().admitted:
-                    self._refused(a)
-                    if sem is not None:
-                        sem.release()
-                    continue
                 client = slow if a.plan.slow_tokens_per_s is not None else fast
                 task = asyncio.create_task(self._send(client, a, sem))
                 tasks.add(task)
@@ -414,6 +409,13 @@ class LoadRun:
         self._finish_attempt(a)
 
     async def _send(self, client: httpx.AsyncClient, a: Attempt, sem: asyncio.Semaphore | None) -> None:
+        # The breaker decides at the moment of sending (no await between its answer and the send), so a
+        # Retry-After that arrived after the schedule handed this attempt over still holds it back.
+        if not self.breaker.allow().admitted:
+            self._refused(a)
+            if sem is not None:
+                sem.release()
+            return
         request = Request(self.config.target.url, self._shape.body(self._prompts.prompt(a.index, a.prompt_words),
                                                                     a.max_tokens),
                           self._shape.headers(a.request_id), self.config.stream)
