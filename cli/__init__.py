@@ -1,9 +1,10 @@
 """The ``llmslo`` command line (needs the ``analysis`` extra).
 
-Thin and lazy: the command modules import the analysis stack (duckdb, polars, pyarrow, scipy, numpy)
-inside the commands that use it, so ``llmslo --help``, ``llmslo --version`` and ``llmslo CMD --help``
-load none of it. Exit status: 0 done, 1 an input is missing or invalid, 2 the command line is wrong (see
-``llmslo.cli._common``).
+Thin and lazy: ``llmslo --help`` lists the commands from one static table (``llmslo.cli._app.COMMANDS``)
+and a command's module is imported only when that command runs; the command modules import the analysis
+stack (duckdb, polars, pyarrow, scipy, numpy) inside the commands that use it, so ``llmslo --help``,
+``llmslo --version`` and ``llmslo CMD --help`` load none of it. Exit status: 0 done, 1 an input is missing
+or invalid, 2 the command line is wrong (see ``llmslo.cli._common``).
 """
 
 from __future__ import annotations

@@ -1,58 +1,170 @@
-"""The ``llmslo`` command: ingest request summaries, report on them, run the demo."""
+"""The ``llmslo`` command group: every command listed in one static table, each imported when it runs.
+
+``llmslo --help`` lists the commands from :data:`COMMANDS` (name and one-line help) without importing any
+command module; a command's module is imported, and typer builds its options, only when that command (or
+its ``--help``) runs. A sub-group (``gpu``, ``rules``, ``rollout``, ``drain``, ``dashboards``) is an entry
+like any other: its module, with the commands in it, is imported when the sub-group runs. The table is the
+one place where a command is registered; ``tests/test_cli_lazy.py`` checks it against the real commands.
+"""
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import time
-from pathlib import Path
+import importlib
+from collections.abc import Callable, Iterator, MutableMapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+import typer.core
+import typer.main
 
 from llmslo import __version__
-from llmslo.cli._anomalies import (
-    DbOption,
-    EngineOption,
-    FromOption,
-    MemoryLimitOption,
-    QueryProgress,
-    SourceOption,
-    ToOption,
-    UrlOption,
-    anomalies_command,
-    opened_engine,
-)
-from llmslo.cli._common import EXIT_INPUT, EXIT_STATUS_HELP, EXIT_USAGE, err, shown
-from llmslo.cli._common import console as _console
-from llmslo.cli._common import duration as _duration
-from llmslo.cli._common import fail as _fail
-from llmslo.cli._common import threshold as _threshold
-from llmslo.cli._dashboards import dashboards_app
-from llmslo.cli._drain import drain_app
-from llmslo.cli._gpu import gpu_app
-from llmslo.cli._help import GROUP_COLUMNS
-from llmslo.cli._import import import_command
-from llmslo.cli._load import load_command
-from llmslo.cli._rollout import rollout_app
-from llmslo.cli._rules import rules_app
-from llmslo.cli._scrape import scrape_command
-from llmslo.cli._serve import serve_command
-from llmslo.cli._telemetry import stream_sim_command
-from llmslo.cli._traces import trace_command
-from llmslo.cli._ui import app_command
-from llmslo.telemetry import COLUMNS, DEFAULT_TPOT_S, DEFAULT_TTFT_S, FINISH_REASONS, LlmsloError
+from llmslo.cli._common import EXIT_STATUS_HELP
 
 if TYPE_CHECKING:
-    from rich.progress import Progress
-    from rich.table import Table
+    from typer._click import Command, Context, HelpFormatter
+    from typer.core import MarkupMode
 
-    from llmslo.analysis.report import GoodputPolicy, ReportSpec
-    from llmslo.analysis.store import IngestReport
+__all__ = ["COMMANDS", "CommandEntry", "LazyGroup", "app", "build_entry"]
+
+
+@dataclass(frozen=True)
+class CommandEntry:
+    """One command of ``llmslo`` as the top-level help lists it, and where it lives."""
+
+    name: str
+    """The command's name on the command line (``stream-sim``)."""
+    target: str
+    """``module:attribute``: a command function, or a ``typer.Typer`` for a sub-group."""
+    help: str
+    """The one-line help ``llmslo --help`` shows: the first sentence of the command's help (shortened
+    there to the terminal's width, as for any command)."""
+
+
+COMMANDS: tuple[CommandEntry, ...] = (
+    CommandEntry("ingest", "llmslo.cli._report:ingest",
+                 "Validate request summaries and load them into the store (created if missing)."),
+    CommandEntry("report", "llmslo.cli._report:report",
+                 "Latency distributions, goodput, survivor bias and token figures per group."),
+    CommandEntry("demo", "llmslo.cli._report:demo",
+                 "Simulate a server through an overload burst, load the summaries into a fresh store, report."),
+    CommandEntry("import", "llmslo.cli._import:import_command",
+                 "Import other tools' benchmark results as request summaries, converted to llmslo's definitions."),
+    CommandEntry("scrape", "llmslo.cli._scrape:scrape_command",
+                 "Read /metrics expositions of vLLM, SGLang, TGI or llmslo: quantiles, SLO attainment, survivor "
+                 "bias."),
+    CommandEntry("trace", "llmslo.cli._traces:trace_command",
+                 "Read an Azure, Mooncake or BurstGPT trace as an arrival schedule and describe it as load."),
+    CommandEntry("stream-sim", "llmslo.cli._telemetry:stream_sim_command",
+                 "Simulate one request's bounded send queue tick by tick."),
+    CommandEntry("anomalies", "llmslo.cli._anomalies:anomalies_command",
+                 "Find windows whose latency distribution moved away from a baseline (docs/anomalies.md)."),
+    CommandEntry("serve", "llmslo.cli._serve:serve_command",
+                 "Run the reference OpenAI-compatible streaming server on a simulated engine."),
+    CommandEntry("load", "llmslo.cli._load:load_command",
+                 "Drive open-loop load against an OpenAI-compatible endpoint; report TTFT, TPOT, ITL and goodput."),
+    CommandEntry("app", "llmslo.cli._ui:app_command",
+                 "Explore a store in the browser: a Streamlit app on http://127.0.0.1:PORT (Ctrl-C stops it)."),
+    CommandEntry("gpu", "llmslo.cli._gpu:gpu_app",
+                 "GPU samples: record (NVML), import (nvidia-smi, dmon, vLLM engine), correlate with request "
+                 "latency."),
+    CommandEntry("rules", "llmslo.cli._rules:rules_app",
+                 "Prometheus recording and alert rules from an SLO spec (YAML, version: llmslo/v1): multi-window "
+                 "multi-burn-rate alerts on goodput, TTFT/TPOT/e2e latency and errors, absent-data and "
+                 "operational alerts, with promtool tests proving when each alert fires and resets."),
+    CommandEntry("rollout", "llmslo.cli._rollout:rollout_app",
+                 "Rolling updates, measured: keep a record of every update in the store (versions and artefact "
+                 "checksums, request impact, metrics before/after, rollback, the drain's figures, batch "
+                 "progress, the overlap window), list and show them, compare the versions during the overlap."),
+    CommandEntry("drain", "llmslo.cli._drain:drain_app",
+                 "Draining for rolling updates: the wait budget from the stored request durations and the "
+                 "callers' timeout, and the check of a drain configuration against the rules of the update."),
+    CommandEntry("dashboards", "llmslo.cli._dashboards:dashboards_app",
+                 "Grafana dashboards for llmslo telemetry: a serving dashboard (requests and tokens, "
+                 "TTFT/TPOT/ITL/e2e heatmaps and quantiles with request_id exemplars, queue against capacity, "
+                 "rejections, breakers, drains, backpressure, GPUs) and an SLO dashboard (error budget left, "
+                 "burn rates, alert state, from the recording rules of llmslo rules generate)."),
+)
+"""Every command of ``llmslo``, in the order ``llmslo --help`` lists them."""
+
+
+def build_entry(entry: CommandEntry, *, rich_markup_mode: MarkupMode = None, suggest_commands: bool = True) -> Command:
+    """The click command of ``entry``, built by typer as ``app.command(name)`` or ``app.add_typer`` builds it.
+
+    Imports the entry's module (which raises ``ModuleNotFoundError`` when an extra it needs is missing).
+    """
+    module, _, attribute = entry.target.partition(":")
+    target = getattr(importlib.import_module(module), attribute)
+    holder = typer.Typer(rich_markup_mode=rich_markup_mode, suggest_commands=suggest_commands, add_completion=False)
+    if isinstance(target, typer.Typer):
+        holder.add_typer(target, name=entry.name)
+        return typer.main.get_group(holder).commands[entry.name]  # a group of one: the sub-group
+    holder.command(entry.name)(target)
+    return typer.main.get_command(holder)  # a Typer of one command is that command
+
+
+class _Commands(MutableMapping[str, "Command"]):
+    """A group's commands by name, from a table: each one built the first time it is asked for."""
+
+    def __init__(self, entries: tuple[CommandEntry, ...], build: Callable[[CommandEntry], Command]) -> None:
+        self._entries = {entry.name: entry for entry in entries}
+        self._build = build
+        self._built: dict[str, Command] = {}
+
+    def __getitem__(self, name: str) -> Command:
+        if name not in self._built:
+            self._built[name] = self._build(self._entries[name])  # KeyError: no such command
+        return self._built[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __setitem__(self, name: str, command: Command) -> None:
+        raise TypeError(f"command {name!r}: register commands in llmslo.cli._app.COMMANDS, not on the group")
+
+    def __delitem__(self, name: str) -> None:
+        raise TypeError(f"command {name!r}: the commands of llmslo are those of llmslo.cli._app.COMMANDS")
+
+
+class LazyGroup(typer.core.TyperGroup):
+    """A typer group whose commands are those of :attr:`table`, each imported when it runs.
+
+    Its help lists the table's names and one-line helps, so showing it imports no command module.
+    """
+
+    table: tuple[CommandEntry, ...] = ()
+    """The commands, in the order the help lists them."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        if self.commands:  # a decorator on the group's Typer: a second way to register a command
+            raise TypeError(f"commands {sorted(self.commands)} are registered on the group; list them in its table")
+        self.commands = _Commands(self.table, self._build)
+
+    def _build(self, entry: CommandEntry) -> Command:
+        return build_entry(entry, rich_markup_mode=self.rich_markup_mode, suggest_commands=self.suggest_commands)
+
+    def format_commands(self, ctx: Context, formatter: HelpFormatter) -> None:
+        """The ``Commands:`` section, from the table: each help shortened as click shortens any command's."""
+        if not self.table:
+            return
+        limit = formatter.width - 6 - max(len(entry.name) for entry in self.table)
+        rows = [(entry.name, typer.core.TyperCommand(name=entry.name, help=entry.help).get_short_help_str(limit))
+                for entry in self.table]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+class _LlmsloGroup(LazyGroup):
+    table = COMMANDS
+
 
 app = typer.Typer(
     name="llmslo",
+    cls=_LlmsloGroup,
     help=(
         "SLO analytics for LLM inference serving. Load one summary row per request into a DuckDB store, "
         "then report TTFT/TPOT/ITL distributions, goodput under a fixed policy, and whether "
@@ -65,373 +177,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-
-
-PROGRESS_DELAY_S = 1.0
-"""A progress bar appears only for work that has already taken this long."""
-
-
-class _LazyProgress:
-    """A progress bar that shows itself only after ``PROGRESS_DELAY_S`` and only on a terminal."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled and err().is_terminal
-        self.start = time.monotonic()
-        self.bar: Progress | None = None
-        self.task: Any = None
-
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        if self.bar is None:
-            if time.monotonic() - self.start < PROGRESS_DELAY_S:
-                return
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(),
-                                TextColumn("{task.completed:,}/{task.total:,} rows"), TimeElapsedColumn(),
-                                console=err(), transient=True)
-            self.bar.start()
-            self.task = self.bar.add_task(stage, total=total)
-        self.bar.update(self.task, description=stage, completed=done, total=total)
-
-    def stop(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-
-def _policy(ttft: str | None, tpot: str | None, e2e: str | None, window: str | None,
-            success: str, one_token_fails: bool) -> GoodputPolicy:
-    from llmslo.analysis.report import GoodputPolicy
-
-    win = _duration("window", window) if window is not None else None
-    try:
-        return GoodputPolicy(
-            success=frozenset(s.strip() for s in success.split(",") if s.strip()),
-            ttft_s=_threshold("ttft", ttft, DEFAULT_TTFT_S),
-            tpot_s=_threshold("tpot", tpot, DEFAULT_TPOT_S),
-            e2e_s=_threshold("e2e", e2e, None),
-            one_token_passes_tpot=not one_token_fails,
-            window_s=win,
-        )
-    except LlmsloError as exc:
-        raise _fail(str(exc), EXIT_USAGE) from None
-
-
-def _by(text: str | None) -> tuple[str, ...]:
-    return tuple(s.strip() for s in text.split(",") if s.strip()) if text else ()
-
-
-def _ingest_table(reports: list[IngestReport]) -> Table:
-    from rich.table import Table
-
-    t = Table(title="Ingest", title_justify="left")
-    for col in ("file", "read", "inserted", "already stored", "conflicting", "rejected", "rejected rows written to"):
-        t.add_column(col, justify="left" if col in ("file", "rejected rows written to") else "right")
-    for r in reports:
-        t.add_row(shown(r.source), f"{r.rows_read:,}", f"{r.rows_inserted:,}", f"{r.rows_already_stored:,}",
-                  f"{r.rows_conflicting:,}", f"{r.rows_rejected:,}", shown(r.rejected_path or "-"))
-    return t
-
-
-def _ingest_json(reports: list[IngestReport], total: int) -> str:
-    return json.dumps({
-        "files": [
-            {"file": r.source, "rows_read": r.rows_read, "rows_inserted": r.rows_inserted,
-             "rows_already_stored": r.rows_already_stored, "rows_rejected": r.rows_rejected,
-             "rejected_path": r.rejected_path, "rows_conflicting": r.rows_conflicting,
-             "conflicting_ids": list(r.conflicting_ids)}
-            for r in reports
-        ],
-        "store_rows": total,
-    }, indent=2)
-
-
-_COLUMNS_HELP = "; ".join(
-    f"{c.name} ({c.kind}{', optional' if not c.required else ''}{', nullable' if c.nullable else ''})"
-    for c in COLUMNS
-)
-
-TtftOption = Annotated[str | None, typer.Option(
-    "--ttft", help=f"TTFT SLO (inclusive), e.g. 500ms, 2s; 'off' to ignore. (default: {DEFAULT_TTFT_S:g}s)")]
-TpotOption = Annotated[str | None, typer.Option(
-    "--tpot", help=f"TPOT SLO (inclusive), e.g. 100ms; 'off' to ignore. (default: {DEFAULT_TPOT_S * 1e3:g}ms)")]
-E2eOption = Annotated[str | None, typer.Option("--e2e", help="End-to-end SLO, e.g. 30s (default: off)")]
-ByOption = Annotated[str | None, typer.Option(
-    "--by", help=f"Group by a comma-separated list of: {', '.join(GROUP_COLUMNS)}.")]
-WindowOption = Annotated[str | None, typer.Option(
-    "--window", help="Time windows aligned to multiples of this length in Unix time, e.g. 10s, 5m. A "
-    "request belongs to the window of its arrival; rates divide by the window length.")]
-SuccessOption = Annotated[str, typer.Option(
-    "--success", help=f"Finish reasons that can be good (from: {', '.join(FINISH_REASONS)}).")]
-OneTokenOption = Annotated[bool, typer.Option(
-    "--one-token-fails", help="Replies of one token fail the TPOT condition (default: they pass).")]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object (for scripts).")]
-CsvOption = Annotated[bool, typer.Option("--csv", help="Print one CSV row per group.")]
-
-
-@app.command()
-def ingest(
-    files: Annotated[list[Path], typer.Argument(help="JSONL (.jsonl/.ndjson/.json), CSV or Parquet files.",
-                                                show_default=False)],
-    db: DbOption = None,
-    skip_invalid: Annotated[bool, typer.Option(
-        "--skip-invalid",
-        help="Load the valid rows; write rejected rows with reasons to FILE.rejected.jsonl.")] = False,
-    as_json: JsonOption = False,
-    no_progress: Annotated[bool, typer.Option("--no-progress", help="Never show a progress bar.")] = False,
-    engine: Annotated[str, typer.Option(
-        "--engine", help="duckdb (a store file, --db) or clickhouse (--url).")] = "duckdb",
-    url: UrlOption = None,
-) -> None:
-    """Validate request summaries and load them into the store (created if missing).
-
-    Every row is checked before anything is written: types, finish reasons, negative or NaN
-    intervals, ttft_s > e2e_s, sent_tokens > generated_tokens, a ttft_s without a generated token,
-    duplicate request_id. One invalid row and nothing is loaded (unless --skip-invalid). Rows whose
-    request_id is already stored are skipped, so re-ingesting a file adds nothing. With --engine
-    clickhouse the same rules are checked before anything reaches ClickHouse (docs/fleet.md).
-    """
-    from llmslo.analysis.store import ClickHouseStore, InvalidInputError, Store, parse_clickhouse_url
-
-    if engine not in ("duckdb", "clickhouse"):
-        raise _fail(f"--engine: {engine!r} is not one of duckdb, clickhouse", EXIT_USAGE)
-    if engine == "clickhouse" and (url is None or db is not None):
-        raise _fail("--engine clickhouse takes the store as --url (not --db)", EXIT_USAGE)
-    if engine == "duckdb" and (db is None or url is not None):
-        raise _fail("give the store as --db FILE (or --engine clickhouse --url URL)", EXIT_USAGE)
-    try:
-        parsed = parse_clickhouse_url(url) if url is not None else None
-    except LlmsloError as exc:
-        raise _fail(str(exc), EXIT_USAGE) from None
-    progress = _LazyProgress(not (no_progress or as_json))
-    try:
-        store: Store | ClickHouseStore = (ClickHouseStore.open(parsed) if parsed is not None
-                                          else Store.open(db or Path()))
-        with store:
-            reports = store.ingest_files(files, skip_invalid=skip_invalid, on_progress=progress)
-            total = store.count()
-        where = store.url.shown if isinstance(store, ClickHouseStore) else str(db)
-    except InvalidInputError as exc:
-        raise _fail(str(exc)) from None
-    except LlmsloError as exc:
-        raise _fail(str(exc)) from None
-    finally:
-        progress.stop()
-    if as_json:
-        print(_ingest_json(reports, total))
-        return
-    out = _console()
-    out.print(_ingest_table(reports))
-    out.print(f"store {shown(where)}: {total:,} request summaries", highlight=False)
-    if any(r.rows_rejected for r in reports):
-        err().print("[yellow]some rows were rejected; see the .rejected.jsonl files for the reasons[/yellow]")
-    for note in filter(None, (r.conflict_note() for r in reports)):
-        err().print(f"[yellow]warning:[/yellow] {shown(note)}", highlight=False, soft_wrap=True)
-
-
-ingest.__doc__ = (ingest.__doc__ or "") + f"\n\nColumns: {_COLUMNS_HELP}."
-
-
-def _print_report(db: Path | None, spec: ReportSpec, as_json: bool, as_csv: bool, *, engine: str = "duckdb",
-                  url: str | None = None, source: str | None = None, memory_limit: str | None = None,
-                  from_time: str | None = None, to_time: str | None = None, progress: bool = False) -> None:
-    if as_json and as_csv:
-        raise _fail("choose one of --json and --csv", EXIT_USAGE)
-    from llmslo.analysis.report import build_report
-    from llmslo.cli._render import render_report, report_csv
-
-    with opened_engine(db, engine, url, source, memory_limit, from_time, to_time) as summaries:
-        bar = QueryProgress(summaries, progress and not (as_json or as_csv))
-        try:
-            report = build_report(summaries, spec, on_progress=bar)
-        except LlmsloError as exc:
-            raise _fail(str(exc)) from None
-        finally:
-            bar.stop()
-    if as_json:
-        print(json.dumps(report.to_dict(), indent=2))
-    elif as_csv:
-        sys.stdout.write(report_csv(report))
-    else:
-        render_report(report, _console())
-
-
-@app.command()
-def report(
-    db: DbOption = None,
-    ttft: TtftOption = None,
-    tpot: TpotOption = None,
-    e2e: E2eOption = None,
-    by: ByOption = None,
-    window: WindowOption = None,
-    success: SuccessOption = "stop,length",
-    one_token_fails: OneTokenOption = False,
-    as_json: JsonOption = False,
-    as_csv: CsvOption = False,
-    until: Annotated[float | None, typer.Option(
-        "--until", help="Horizon, Unix seconds: report the requests that arrived by then; those that finished "
-        "after it are in flight (default: when the data was taken, so no stored request is).")] = None,
-    engine: EngineOption = "duckdb",
-    url: UrlOption = None,
-    source: SourceOption = None,
-    memory_limit: MemoryLimitOption = None,
-    from_time: FromOption = None,
-    to_time: ToOption = None,
-    no_progress: Annotated[bool, typer.Option("--no-progress", help="Never show a progress bar.")] = False,
-) -> None:
-    """Latency distributions, goodput, survivor bias and token figures per group.
-
-    Goodput counts every arrival (rejected, cancelled, timed out, failed) in the denominator; good
-    means a success finish reason and every SLO met. Latency quantiles are exact. The survivor-bias
-    check compares TTFT over successful requests with a censoring-aware (Kaplan-Meier) estimate in
-    which requests that ended without a first token count as "at least that long".
-
-    The summaries come from a DuckDB store (--db), the sink's Parquet files read out of core (--source,
-    --memory-limit) or ClickHouse (--engine clickhouse --url), the same report from each (docs/fleet.md).
-
-    Examples: llmslo report --db s.duckdb --ttft 2s --tpot 100ms --by model,version --window 5m;
-    llmslo report --source 'sink/**/*.parquet' --memory-limit 4GB --from 2026-01-01 --to 2026-01-02
-    """
-    from llmslo.analysis.report import ReportSpec
-
-    try:
-        spec = ReportSpec(_policy(ttft, tpot, e2e, window, success, one_token_fails), by=_by(by),
-                          until_unix_s=until)
-    except LlmsloError as exc:
-        raise _fail(str(exc), EXIT_USAGE) from None
-    _print_report(db, spec, as_json, as_csv, engine=engine, url=url, source=source, memory_limit=memory_limit,
-                  from_time=from_time, to_time=to_time, progress=not no_progress)
-
-
-def _default_trace() -> Path | None:
-    env = os.environ.get("LLMSLO_REAL_DATA")
-    roots = [Path(env)] if env else []
-    here = Path(__file__).resolve().parents[1]
-    roots += [here.parent / "shared" / "real_data", Path.cwd().parent / "shared" / "real_data"]
-    for root in roots:
-        candidate = root / "azure" / "AzureLLMInferenceTrace_conv.csv"
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-@app.command()
-def demo(
-    db: Annotated[Path, typer.Option("--db", help="Where to write the demo store (replaced if it is a "
-                                     "previous demo store).")] = Path("llmslo-demo.duckdb"),
-    trace: Annotated[Path | None, typer.Option(
-        "--trace", help="Azure LLM inference trace CSV for arrivals and lengths (default: "
-        "../shared/real_data/azure/AzureLLMInferenceTrace_conv.csv when present, else synthetic)")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Random seed of the simulation.")] = 0,
-    ttft: TtftOption = None,
-    tpot: TpotOption = None,
-    by: ByOption = None,
-    window: Annotated[str | None, typer.Option("--window", help="Report windows.")] = "5m",
-    live: Annotated[bool, typer.Option(
-        "--live", help="Run it for real instead (about 70 s): llmslo serve under llmslo load through a burst and "
-        "a SIGTERM drain, scraped by a real Prometheus with the rules of examples/live-slo.yaml (needs the "
-        "'serve' extra and Debian's prometheus).")] = False,
-    out: Annotated[Path | None, typer.Option(
-        "--out", help="With --live: the folder for the run's files (must not hold an earlier run; default: a "
-        "new llmslo-live-<time> folder here).", show_default=False)] = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Simulate a server through an overload burst, load the summaries into a fresh store, report.
-
-    Arrivals and lengths come from the Azure production trace when it is available. During the
-    burst the queue fills (429s) and waiting clients give up before their first token; TTFT over
-    successful requests then looks healthy while the censoring-aware view shows the truth.
-
-    With --live the same story runs on real processes on 127.0.0.1: the reference server, the load
-    generator (calm, a burst, calm, then SIGTERM to the server while the load goes on) and a Prometheus
-    evaluating the generated alerts. It prints the finish reasons as the client, the server's summaries
-    and Prometheus counted them, the alerts that fired and resolved, and the drain.
-    """
-    if live:
-        _demo_live(out, as_json)
-        return
-    if out is not None:
-        raise _fail("--out goes with --live", EXIT_USAGE)
-    from llmslo.analysis.report import ReportSpec
-    from llmslo.analysis.store import Store
-    from llmslo.analysis.workload import simulate_demo_workload
-
-    try:  # the command line first: a bad option changes nothing
-        spec = ReportSpec(_policy(ttft, tpot, None, window, "stop,length", False), by=_by(by))
-    except LlmsloError as exc:
-        raise _fail(str(exc), EXIT_USAGE) from None
-    trace = trace or _default_trace()
-    if trace is not None and not trace.is_file():
-        raise _fail(f"--trace: no such file {trace}", EXIT_INPUT)
-    if db.exists() and _store_origin(db) != "demo":
-        raise _fail(f"{db} exists and is not a demo store; pass another --db", EXIT_INPUT)
-    say = err() if as_json else _console()
-    source = f"arrivals and lengths from {trace}" if trace else "synthetic arrivals: no trace found"
-    say.print(f"simulating the workload ({shown(source)})", highlight=False)
-    try:
-        frame = simulate_demo_workload(trace, seed=seed)
-    except LlmsloError as exc:
-        raise _fail(str(exc)) from None
-    db.unlink(missing_ok=True)  # a previous demo store: replaced
-    Path(str(db) + ".wal").unlink(missing_ok=True)
-    try:  # straight from memory: the demo leaves no file but the store
-        with Store.open(db) as store:
-            store.set_meta("origin", "demo")
-            reports = [store.ingest_frame(frame, source=f"simulated workload (seed {seed})")]
-    except LlmsloError as exc:
-        raise _fail(str(exc)) from None
-    say.print(_ingest_table(reports))
-    _print_report(db, spec, as_json, False)
-    say.print(f"store: {shown(db)} (explore it: llmslo report --db {shown(db)} --by model --window 1m)",
-              highlight=False)
-
-
-def _demo_live(out: Path | None, as_json: bool) -> None:
-    from llmslo.cli._live import LiveRunError, print_live, run_live
-
-    folder = out if out is not None else Path(time.strftime("llmslo-live-%Y%m%d-%H%M%S"))
-    say = err() if as_json else _console()
-    try:
-        run = run_live(folder, prometheus_required=False,
-                       say=lambda line: say.print(shown(line), highlight=False, soft_wrap=True))
-    except LiveRunError as exc:
-        raise _fail(str(exc)) from None
-    if as_json:
-        print(json.dumps(run.to_dict(), indent=2, default=str))
-        return
-    print_live(run, _console())
-    from llmslo.analysis.report import ReportSpec
-
-    _console().print("the server's summaries in 10 s windows (the burst's windows are the ones to look at):",
-                     highlight=False)
-    _print_report(run.server_db, ReportSpec(_policy(None, None, None, "10s", "stop,length", False)), False, False)
-
-
-def _store_origin(db: Path) -> str | None:
-    """The ``origin`` the store at ``db`` records (``demo`` for a demo store); ``None`` if it is no store."""
-    from llmslo.analysis.store import Store, StoreError
-
-    try:
-        with Store.open(db, read_only=True) as old:
-            return old.meta("origin")
-    except StoreError:
-        return None
-
-
-app.command("import")(import_command)
-app.command("scrape")(scrape_command)
-app.command("trace")(trace_command)
-app.command("stream-sim")(stream_sim_command)
-app.command("anomalies")(anomalies_command)
-app.add_typer(gpu_app, name="gpu")
-app.add_typer(rules_app, name="rules")
-app.add_typer(rollout_app, name="rollout")
-app.add_typer(drain_app, name="drain")
-app.command("serve")(serve_command)
-app.command("load")(load_command)
-app.command("app")(app_command)
-app.add_typer(dashboards_app, name="dashboards")
 
 
 def _version(value: bool) -> None:
