@@ -24,6 +24,14 @@ from llmslo.analysis.store._clickhouse_client import (
     connect_clickhouse,
     parse_clickhouse_url,
 )
+from llmslo.analysis.store._clickhouse_otel import (
+    OTEL_REJECTED_TABLE,
+    OTEL_TRACES_TABLE,
+    otel_summary_select,
+    otel_summary_view_sql,
+    otel_summary_view_statements,
+    otel_traces_ddl,
+)
 from llmslo.analysis.store._clickhouse_writer import ClickHouseSummaryWriter
 from llmslo.analysis.store._schema import (
     IMPORTS_TABLE,
@@ -61,6 +69,8 @@ __all__ = [
     "IngestReport",
     "InvalidInputError",
     "META_TABLE",
+    "OTEL_REJECTED_TABLE",
+    "OTEL_TRACES_TABLE",
     "ParquetSummaryWriter",
     "RESERVED_COLUMNS",
     "RowError",
@@ -75,6 +85,10 @@ __all__ = [
     "connect_clickhouse",
     "imports_ddl",
     "open_store",
+    "otel_summary_select",
+    "otel_summary_view_sql",
+    "otel_summary_view_statements",
+    "otel_traces_ddl",
     "parse_clickhouse_url",
     "polars_schema",
     "summary_ddl",
