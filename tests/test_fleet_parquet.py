@@ -15,6 +15,7 @@ import pytest
 
 from llmslo.analysis import GoodputPolicy, ReportSpec, Store, StoreError, build_report, polars_schema
 from llmslo.analysis.engines import DuckDBEngine, Engine, TimeRange, open_parquet, open_store_range, parse_memory_limit
+from llmslo.analysis.report._sql import HOLISTIC_BYTES_PER_VALUE
 from llmslo.analysis.store import ParquetSummaryWriter, summary_table
 from llmslo.cli._anomalies import QueryProgress
 from llmslo.telemetry import COLUMNS, ConfigurationError
@@ -208,20 +209,28 @@ def test_the_progress_bar_shows_the_stage_and_how_far_the_query_is() -> None:
 
 
 class _Counting(DuckDBEngine):
-    """A DuckDB engine that keeps the text of every query it runs (and can fail the ones naming a word)."""
+    """A DuckDB engine that keeps the text of every query it runs, and can fail with DuckDB's out-of-memory
+    error the ones naming a word or holding more than ``max_quantiles`` exact quantiles (a stand-in for a
+    memory limit that the estimate misjudged: a real one cannot be made to fail at a chosen query)."""
 
-    def __init__(self, con: Any, budget: int, fail_on: str | None = None) -> None:
+    def __init__(self, con: Any, budget: int, fail_on: str | None = None, max_quantiles: int | None = None) -> None:
         super().__init__(con, holistic_budget_bytes=budget)
         self.queries: list[str] = []
         self.fail_on = fail_on
+        self.max_quantiles = max_quantiles
 
     def rows(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
         import duckdb
 
         self.queries.append(sql)
-        if self.fail_on is not None and self.fail_on in sql:
+        too_many = self.max_quantiles is not None and sql.count("quantile_") > self.max_quantiles
+        if too_many or (self.fail_on is not None and self.fail_on in sql):
             raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block")
         return super().rows(sql, params)
+
+
+def _quantile_queries(engine: _Counting) -> list[str]:
+    return [q for q in engine.queries if "quantile" in q and '"attempted"' not in q and "unnest" not in q]
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=["all", "hourly-by-model", "by-reason"])
@@ -229,22 +238,51 @@ def test_exact_quantiles_packed_into_queries_under_a_budget_give_the_same_report
                                                                                   spec: ReportSpec) -> None:
     rows = _rows()
     rows[5]["itl_s"] = [0.01, 0.02, 0.05]  # an ITL distribution too
+    per_value = HOLISTIC_BYTES_PER_VALUE
     with _store(tmp_path / "s.duckdb", rows) as store:
         want = build_report(store.con, spec).to_dict()
-        one_each = _Counting(store.con, budget=1)  # every exact quantile in a query of its own
+        one_each = _Counting(store.con, budget=1)  # every exact quantile of every group in a query of its own
         assert build_report(one_each, spec).to_dict() == want
-        pairs = _Counting(store.con, budget=16 * len(rows) * 2)  # about two of them per query
+        pairs = _Counting(store.con, budget=per_value * len(rows) * 2)  # about two of them per query
         assert build_report(pairs, spec).to_dict() == want
         roomy = _Counting(store.con, budget=10**9)  # all of them fit: they stay in the main aggregate
         assert build_report(roomy, spec).to_dict() == want
-    alone = [q for q in one_each.queries if "quantile" in q]
+    alone = _quantile_queries(one_each)
     assert all(q.count("quantile") == 1 for q in alone) and len(alone) >= 6
-    packed = [q.count("quantile") for q in pairs.queries if "quantile" in q]
-    assert max(packed) == 2 and len(packed) < len(alone)
+    packed = [q.count("quantile") for q in _quantile_queries(pairs)]
+    assert max(packed) >= 2 and len(packed) < len(alone)
     for engine in (one_each, pairs):
         main = next(q for q in engine.queries if '"attempted"' in q)
         assert "quantile" not in main  # the main aggregate holds no value in memory
     assert len([q for q in roomy.queries if "quantile" in q]) == 2  # the main aggregate and the ITL pass
+
+
+def test_a_quantile_too_big_for_one_query_is_split_by_group_with_the_same_figures(tmp_path: Path) -> None:
+    rows = _rows()
+    spec = ReportSpec(GoodputPolicy(), by=("model", "finish_reason"))
+    with _store(tmp_path / "s.duckdb", rows) as store:
+        want = build_report(store.con, spec).to_dict()
+        biggest = max(sum(1 for r in rows if r["model"] == m and r["finish_reason"] == f and r["e2e_s"] is not None)
+                      for m in {r["model"] for r in rows} for f in {r["finish_reason"] for r in rows})
+        # room for the biggest group's values and a little more: every quantile spans several queries
+        engine = _Counting(store.con, budget=HOLISTIC_BYTES_PER_VALUE * (biggest + 10))
+        assert build_report(engine, spec).to_dict() == want
+    split = [q for q in _quantile_queries(engine) if "quantile_cont(e2e_s" in q]
+    assert len(split) >= 2 and all("IS NOT DISTINCT FROM" in q for q in split)
+
+
+def test_a_query_that_runs_out_of_memory_is_run_again_in_halves(tmp_path: Path) -> None:
+    rows = _rows()
+    spec = ReportSpec(GoodputPolicy(), by=("model",))
+    with _store(tmp_path / "s.duckdb", rows) as store:
+        want = build_report(store.con, spec).to_dict()
+        # the estimate packs several quantiles into a query (not all into the main aggregate); DuckDB disagrees
+        engine = _Counting(store.con, budget=HOLISTIC_BYTES_PER_VALUE * len(rows) * 3, max_quantiles=1)
+        assert build_report(engine, spec).to_dict() == want
+    tried = _quantile_queries(engine)
+    assert max(q.count("quantile_") for q in tried) > 1  # packed first
+    done = [q for q in tried if q.count("quantile_") == 1]
+    assert len(done) >= 6  # then one at a time
 
 
 def test_quantiles_that_cannot_fit_the_memory_limit_say_what_to_change(tmp_path: Path) -> None:
