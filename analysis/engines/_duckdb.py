@@ -61,7 +61,7 @@ def parse_memory_limit(text: str) -> int:
     return size
 
 
-HOLISTIC_SHARE = 0.9
+HOLISTIC_SHARE = 0.5
 """Share of the memory limit that the exact quantiles of one query may hold (the rest: DuckDB's scans, hash
 tables and buffers, which it spills)."""
 

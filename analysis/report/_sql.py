@@ -16,7 +16,7 @@ text is the same as before).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,17 +163,31 @@ class _Holistic:
     alias: str
     count_alias: str
 
-    def aggregate(self, groups: str | None = None) -> str:
-        """The aggregate over its rows, and only those of ``groups`` (a condition) when given."""
-        conds = [c for c in (self.cond, groups) if c is not None]
-        return self.function + (f" FILTER (WHERE {' AND '.join(f'({c})' for c in conds)})" if conds else "")
+    def aggregate(self) -> str:
+        """The aggregate over its rows."""
+        return self.function + (f" FILTER (WHERE {self.cond})" if self.cond is not None else "")
 
 
-HOLISTIC_BYTES_PER_VALUE = 24
-"""What an exact quantile costs of DuckDB's memory limit per value it reads, bytes: the value (8 bytes) in a
-vector that grows by doubling, and the copies made when the threads' states are combined. Measured with
-DuckDB 2.0 (``quantile_cont`` of 9-29 million doubles in 9 groups, the smallest limit that lets the query
-finish): 20-22.5 bytes per value; 24 leaves a margin."""
+HOLISTIC_BYTES_PER_VALUE = 16
+"""The estimate of what an exact quantile holds per value it reads, bytes: the value (8 bytes) in a vector
+that may grow to twice its size. DuckDB 2.0 needs 20-22.5 bytes of its memory limit per value (``quantile_cont``
+of 9-29 million doubles in 9 groups, the smallest limit that lets the query finish): the share of the limit
+given to the quantiles (``HOLISTIC_SHARE``, 0.5) covers the difference."""
+
+
+def _pack(specs: Sequence[_Holistic], rows: list[dict[str, Any]], budget_bytes: int) -> list[list[_Holistic]]:
+    """``specs`` into consecutive queries holding at most ``budget_bytes`` each (estimated from the counts of
+    values in ``rows``), one spec at least per query."""
+    batches: list[list[_Holistic]] = [[]]
+    held = 0
+    for spec in specs:
+        need = HOLISTIC_BYTES_PER_VALUE * sum(int(r.get(spec.count_alias) or 0) for r in rows)
+        if batches[-1] and held + need > budget_bytes:
+            batches.append([])
+            held = 0
+        batches[-1].append(spec)
+        held += need
+    return [b for b in batches if b]
 
 
 def _add_distribution(query: _Query, dialect: Dialect, expr: str, alias: str, bounds: Sequence[float],
@@ -189,138 +203,47 @@ def _add_distribution(query: _Query, dialect: Dialect, expr: str, alias: str, bo
         deferred.append(_Holistic(dialect.exact_quantiles(expr, QUANTILES), None, f"{alias}__q", f"{alias}__count"))
 
 
-@dataclass(frozen=True)
-class _Piece:
-    """One exact quantile aggregate over some of its groups (their keys), and the values it holds (estimated)."""
-
-    spec: _Holistic
-    groups: tuple[Key, ...]
-    values: int
-
-
-MAX_LISTED_GROUPS = 64
-"""A quantile split across queries names its groups in a filter; above this many groups it is not split."""
-
-
-def _pieces(specs: Sequence[_Holistic], rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[_Piece]:
-    """Each spec over each group that has values: the units packed into queries (a spec over many groups,
-    or without grouping keys, stays one unit)."""
-    out: list[_Piece] = []
-    for spec in specs:
-        counts = [(tuple(r[k] for k in keys), int(r.get(spec.count_alias) or 0)) for r in rows]
-        counts = [(key, n) for key, n in counts if n > 0]
-        if not counts:
-            continue
-        if not keys or len(counts) > MAX_LISTED_GROUPS:
-            out.append(_Piece(spec, tuple(key for key, _ in counts), sum(n for _, n in counts)))
-        else:
-            out += [_Piece(spec, (key,), n) for key, n in counts]
-    return out
-
-
-def _pack(pieces: Sequence[_Piece], budget_bytes: int) -> list[list[_Piece]]:
-    """Consecutive pieces into queries holding at most ``budget_bytes`` each (one piece at least per query):
-    a spec's groups stay together unless the budget splits them."""
-    batches: list[list[_Piece]] = [[]]
-    held = 0
-    for piece in pieces:
-        need = HOLISTIC_BYTES_PER_VALUE * piece.values
-        if batches[-1] and held + need > budget_bytes:
-            batches.append([])
-            held = 0
-        batches[-1].append(piece)
-        held += need
-    return [b for b in batches if b]
-
-
-def _literal(value: Any, dialect: Dialect) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, str):
-        return dialect.text(value)
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, float):
-        return dialect.double(value)
-    return str(int(value))
-
-
-def _groups_condition(groups: Sequence[Key], keys: tuple[str, ...], dialect: Dialect) -> str:
-    """Rows of exactly these groups (null keys included)."""
-    return " OR ".join("(" + " AND ".join(f"{k} IS NOT DISTINCT FROM {_literal(v, dialect)}"
-                                          for k, v in zip(keys, key, strict=True)) + ")" for key in groups)
-
-
-def _batch_sql(batch: Sequence[_Piece], all_groups: Mapping[str, int], keys: tuple[str, ...], source: str,
-               dialect: Dialect) -> str:
-    """One query computing the batch: each spec over its groups in the batch (no filter when that is all of
-    them)."""
-    by_spec: dict[str, list[_Piece]] = {}
-    for piece in batch:
-        by_spec.setdefault(piece.spec.alias, []).append(piece)
-    q = _Query()
-    for alias, parts in by_spec.items():
-        groups = [g for p in parts for g in p.groups]
-        every = len(groups) == all_groups[alias]
-        q.add(parts[0].spec.aggregate(None if every else _groups_condition(groups, keys, dialect)), alias)
-    return q.sql(keys, source)
-
-
 def _run_holistic(engine: Engine, source: str, keys: tuple[str, ...], rows: list[dict[str, Any]],
                   specs: Sequence[_Holistic], budget_bytes: int) -> None:
     """Compute ``specs`` over ``source`` grouped by ``keys`` and put their results into ``rows`` (matched by key).
 
     An exact quantile holds every value it reads in memory and DuckDB does not spill it; so that a report
-    stays under the engine's memory limit, the aggregates are packed, group by group, into as few queries as
-    fit ``budget_bytes`` (estimated as :data:`HOLISTIC_BYTES_PER_VALUE` per value, from the counts in
-    ``rows``): a query computes a quantile over the groups it was given (a filter names them) and another
-    query the rest. A query that runs out of memory all the same is split in two and run again. Raises
-    :class:`~llmslo.telemetry.ConfigurationError` naming ``--memory-limit`` when one quantile over one group
-    does not fit DuckDB's limit.
+    stays under the engine's memory limit, the aggregates are packed into as few queries as fit
+    ``budget_bytes`` (:func:`_pack`). A query that runs out of memory all the same is split in two and run
+    again. Raises :class:`~llmslo.telemetry.ConfigurationError` naming ``--memory-limit`` when one of them
+    alone does not fit DuckDB's limit.
     """
     for row in rows:
         for spec in specs:
             row.setdefault(spec.alias, None)
     if not rows or not specs:
         return
-    pieces = _pieces(specs, rows, keys)
-    all_groups = {spec.alias: sum(len(p.groups) for p in pieces if p.spec is spec) for spec in specs}
     by_key = {tuple(r[k] for k in keys): r for r in rows}
-    queue = _pack(pieces, budget_bytes)
+    queue = _pack(specs, rows, budget_bytes)
     while queue:
         batch = queue.pop(0)
+        q = _Query()
+        for spec in batch:
+            q.add(spec.aggregate(), spec.alias)
         try:
-            found = engine.rows(_batch_sql(batch, all_groups, keys, source, engine.dialect))
+            found = engine.rows(q.sql(keys, source))
         except duckdb.OutOfMemoryException:
             if len(batch) > 1:  # the estimate was short: half the batch at a time
-                half = _split_point(batch)
+                half = len(batch) // 2
                 queue[:0] = [batch[:half], batch[half:]]
                 continue
-            piece = batch[0]
-            need = HOLISTIC_BYTES_PER_VALUE * piece.values
+            spec = batch[0]
+            need = HOLISTIC_BYTES_PER_VALUE * sum(int(r.get(spec.count_alias) or 0) for r in rows)
             raise ConfigurationError(
-                f"--memory-limit: the exact quantiles of {piece.spec.alias.removesuffix('__q')} hold about "
+                f"--memory-limit: the exact quantiles of {spec.alias.removesuffix('__q')} hold about "
                 f"{need / 2**30:.1f} GiB of values, more than DuckDB's memory limit leaves for them (exact "
                 "quantiles are held in memory, not spilled): raise --memory-limit, report a shorter --from/--to "
                 "range, or use ClickHouse"
             ) from None
-        found_by_key = {tuple(r[k] for k in keys): r for r in found}
-        for piece in batch:
-            for key in piece.groups:
-                target, got = by_key.get(key), found_by_key.get(key)
-                if target is not None and got is not None:
-                    target[piece.spec.alias] = got[piece.spec.alias]
-
-
-def _split_point(batch: Sequence[_Piece]) -> int:
-    """Where to cut ``batch`` (two pieces at least) so that both halves hold about the same number of values."""
-    total = sum(p.values for p in batch)
-    held = 0
-    for i, piece in enumerate(batch[:-1]):
-        held += piece.values
-        if 2 * held >= total:
-            return i + 1
-    return len(batch) - 1
+        for r in found:
+            target = by_key.get(tuple(r[k] for k in keys))
+            if target is not None:
+                target.update({spec.alias: r[spec.alias] for spec in batch})
 
 
 def finite(value: Any) -> float | None:
