@@ -3,10 +3,12 @@
 :func:`run_live` starts ``llmslo serve`` (the simulated engine) on a free port on 127.0.0.1, a Prometheus
 that scrapes it every second with the rules ``llmslo rules generate`` makes from ``examples/live-slo.yaml``,
 and ``llmslo load`` against it: a calm phase, an overload burst, calm again, then SIGTERM to the server
-while the load still runs, so the drain is seen from both sides. It watches Prometheus's alerts every
-second and, once both processes have exited, reads back from Prometheus what it recorded: the request
-counts by finish reason, the TTFT bucket counts and the ``request_id`` exemplars, as of its last scrape.
-Everything the run wrote stays in one folder: the server's and the client's stores, the attempts log, the
+while the load still runs, so the drain is seen from both sides; a one-request load started a few seconds
+before SIGTERM asks for a reply longer than the drain budget, so the drain always cuts a stream. It watches
+Prometheus's alerts every second and, once the processes have exited, reads back from Prometheus what it
+recorded: the request counts by finish reason, the TTFT bucket counts and the ``request_id`` exemplars, as of
+its last scrape.
+Everything the run wrote stays in one folder: the server's and the clients' stores, the attempts logs, the
 drain record, the rules, Prometheus's configuration and log.
 
 Each process is started by this module and stopped by its process id, every wait is bounded, and every
@@ -17,19 +19,26 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import selectors
-import signal
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmslo.cli._prometheus import Prometheus, PrometheusError, running_prometheus, stop_process
-from llmslo.telemetry import LlmsloError
+from llmslo.cli._processes import (
+    READY_TIMEOUT_S,
+    LiveRunError,
+    cli,
+    finish_counts,
+    load_started,
+    long_stream,
+    ready_port,
+    started,
+    terminate,
+    wait_exits,
+)
+from llmslo.cli._prometheus import Prometheus, PrometheusError, running_prometheus
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -40,17 +49,13 @@ LIVE_SPEC = Path(__file__).resolve().parents[1] / "examples" / "live-slo.yaml"
 """The SLO spec of the live run: short windows, so its alerts fire and resolve within the run."""
 JOB = "llmslo-serve"
 """The scrape job (the spec's ``scrape.job``, so its operational alerts select this target)."""
-READY_TIMEOUT_S = 30.0
-"""How long the server may take to print its ready line, seconds."""
-
-
-class LiveRunError(LlmsloError):
-    """A process of the live run did not start or did not end as it should (the message says which)."""
+LONG = "long-stream"
+"""The name of the long reply's files (``long-stream.log``, ``long-stream-attempts.jsonl``)."""
 
 
 @dataclass(frozen=True)
 class LivePlan:
-    """The shape of a live run; times in seconds from the first arrival.
+    """The shape of a live run; times in seconds from the start of the load's schedule.
 
     The default is sized for two shared cores: the engine runs ``speed`` times faster than the fitted
     profile, ``rate_per_s`` stays under its capacity, and ``burst_factor`` × that rate overloads it.
@@ -64,11 +69,18 @@ class LivePlan:
     """Calm between the end of the burst and SIGTERM: long enough for the alerts to resolve."""
     load_after_sigterm_s: float = 3.0
     """The load goes on this long after SIGTERM: arrivals that meet the drain (503 ``draining``)."""
+    long_stream_tokens: int = 1500
+    """Tokens of the one long reply (about 25 s at ``--speed 2``; 0: no long reply), far beyond the
+    settle time plus the drain budget: the drain must cut it."""
+    long_stream_lead_s: float = 6.0
+    """The long reply's load starts this long before SIGTERM (its start-up takes a second or two)."""
     seed: int = 0
     server_args: tuple[str, ...] = (
         "--speed", "2", "--max-num-seqs", "12", "--max-queue", "48", "--queue-timeout", "8s",
-        "--drain-settle", "500ms", "--drain-budget", "500ms", "--drain-idle", "1s", "--exit-linger", "3s",
+        "--drain-settle", "500ms", "--drain-budget", "500ms", "--drain-idle", "1s", "--exit-linger", "4s",
     )
+    """The server's flags: ``--exit-linger`` keeps it answering (503 ``draining``) past the load's last arrival
+    (``load_after_sigterm_s`` after SIGTERM) for at least one more scrape, which sees the final counts."""
     load_args: tuple[str, ...] = (
         "--prompt-tokens", "100-600", "--output-tokens", "16-128", "--cancel", "0.04@1s",
         "--slow-reader", "0.05@10", "--timeout", "20s",
@@ -116,58 +128,27 @@ class LiveRun:
     client_db: Path
     attempts_log: Path
     drain_record: Path
+    long_client_db: Path
+    long_attempts_log: Path
     load_json: dict[str, Any] | None = None
     started_unix_s: float = 0.0
     burst_unix_s: tuple[float, float] = (0.0, 0.0)
     sigterm_unix_s: float | None = None
+    long_stream_unix_s: float | None = None
     server_exit_code: int | None = None
     load_exit_code: int | None = None
+    long_stream_exit_code: int | None = None
     alerts: list[AlertSpan] = field(default_factory=list)
     prometheus: PrometheusFacts | None = None
     prometheus_note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        for key in ("folder", "server_db", "client_db", "attempts_log", "drain_record"):
+        for key in ("folder", "server_db", "client_db", "attempts_log", "drain_record", "long_client_db",
+                    "long_attempts_log"):
             data[key] = str(data[key])
         data["plan"] = {**asdict(self.plan), "sigterm_at_s": self.plan.sigterm_at_s}
         return data
-
-
-def _cli(*args: str) -> list[str]:
-    """The command line of ``llmslo ARGS`` run by this interpreter."""
-    return [sys.executable, "-m", "llmslo.cli", *args]
-
-
-def _ready_port(process: subprocess.Popen[str], timeout_s: float) -> int:
-    """The port from the server's ``serving MODEL on http://HOST:PORT`` line."""
-    assert process.stdout is not None
-    deadline = time.monotonic() + timeout_s
-    with selectors.DefaultSelector() as sel:
-        sel.register(process.stdout, selectors.EVENT_READ)
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise LiveRunError(f"llmslo serve exited with status {process.returncode} before it was ready")
-            if not sel.select(timeout=0.2):
-                continue
-            line = process.stdout.readline()
-            if line.startswith("serving ") and "http://" in line:
-                return int(line.rsplit(":", 1)[1].strip().rstrip("/"))
-    raise LiveRunError(f"llmslo serve printed no ready line within {timeout_s:g} s")
-
-
-@contextlib.contextmanager
-def _process(argv: list[str], log: Path, *, stdout: int | None = None) -> Iterator[subprocess.Popen[str]]:
-    """Run ``argv`` (stderr to ``log``); stopped by its pid on the way out if still running."""
-    with log.open("w") as err:
-        process = subprocess.Popen(argv, stdout=stdout if stdout is not None else subprocess.DEVNULL,
-                                   stderr=err, text=True)
-    try:
-        yield process
-    finally:
-        stop_process(process)
-        if process.stdout is not None:
-            process.stdout.close()
 
 
 class _AlertWatch:
@@ -256,17 +237,19 @@ def run_live(folder: Path, plan: LivePlan = LivePlan(), *, prometheus_required: 
     """
     folder.mkdir(parents=True, exist_ok=True)
     run = LiveRun(folder=folder, plan=plan, server_db=folder / "server.duckdb", client_db=folder / "client.duckdb",
-                  attempts_log=folder / "attempts.jsonl", drain_record=folder / "drain-record.json")
-    stale = [p for p in (run.server_db, run.client_db, run.attempts_log, run.drain_record) if p.exists()]
+                  attempts_log=folder / "attempts.jsonl", drain_record=folder / "drain-record.json",
+                  long_client_db=folder / "long-client.duckdb", long_attempts_log=folder / f"{LONG}-attempts.jsonl")
+    stale = [p for p in (run.server_db, run.client_db, run.attempts_log, run.drain_record, run.long_client_db,
+                         run.long_attempts_log) if p.exists()]
     if stale:
         raise LiveRunError(f"{folder} already holds a run ({stale[0].name}): choose an empty folder")
     rules = _write_rules(folder)
-    server_argv = _cli("serve", "--port", "0", "--db", str(run.server_db), "--seed", str(plan.seed),
+    server_argv = cli("serve", "--port", "0", "--db", str(run.server_db), "--seed", str(plan.seed),
                        "--update-id", "live-demo", "--next-version", "sim-2", "--drain-record", str(run.drain_record),
                        *plan.server_args)
     say("starting llmslo serve (simulated engine) on 127.0.0.1")
-    with _process(server_argv, folder / "server.log", stdout=subprocess.PIPE) as server:
-        port = _ready_port(server, READY_TIMEOUT_S)
+    with started(server_argv, folder / "server.log", stdout=subprocess.PIPE) as server:
+        port = ready_port(server, READY_TIMEOUT_S)
         url = f"http://127.0.0.1:{port}"
         with contextlib.ExitStack() as stack:
             prometheus: Prometheus | None = None
@@ -297,24 +280,33 @@ def _wait_first_scrape(prometheus: Prometheus, timeout_s: float = 15.0) -> None:
 
 def _drive(run: LiveRun, server: subprocess.Popen[str], url: str, prometheus: Prometheus | None,
            say: Callable[[str], None]) -> None:
-    """Run the load, SIGTERM the server on time, watch the alerts, wait for both processes to end."""
+    """Run the load, start the long reply and SIGTERM the server on time, watch the alerts, wait for every
+    process to end."""
     plan = run.plan
     burst = f"{plan.burst_factor:g}x@{plan.calm_s:g}s+{plan.burst_s:g}s"
-    load_argv = _cli("load", url, "--model", "llmslo-sim", "--rate", f"{plan.rate_per_s:g}",
-                     "--duration", f"{plan.duration_s:g}s", "--burst", burst, "--seed", str(plan.seed),
-                     "--db", str(run.client_db), "--attempts-log", str(run.attempts_log), "--json", "--no-progress",
-                     *plan.load_args)
+    load_argv = cli("load", url, "--model", "llmslo-sim", "--rate", f"{plan.rate_per_s:g}",
+                    "--duration", f"{plan.duration_s:g}s", "--burst", burst, "--seed", str(plan.seed),
+                    "--db", str(run.client_db), "--attempts-log", str(run.attempts_log), "--json", "--no-progress",
+                    *plan.load_args)
     watch = _AlertWatch()
     say(f"load: {plan.rate_per_s:g} req/s, burst {burst}, SIGTERM to the server at {plan.sigterm_at_s:g} s")
     out_path = run.folder / "load.json"
-    with out_path.open("w") as out, _process(load_argv, run.folder / "load.log", stdout=out.fileno()) as load:
-        run.started_unix_s = time.time()
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(out_path.open("w"))
+        load = stack.enter_context(started(load_argv, run.folder / "load.log", stdout=out.fileno()))
+        long: subprocess.Popen[str] | None = None
+        run.started_unix_s = load_started(run.attempts_log, load)  # the schedule's clock: its first arrival
         run.burst_unix_s = (run.started_unix_s + plan.calm_s, run.started_unix_s + plan.calm_s + plan.burst_s)
         deadline = time.monotonic() + plan.duration_s + 60.0
         while load.poll() is None and time.monotonic() < deadline:
-            if run.sigterm_unix_s is None and time.time() - run.started_unix_s >= plan.sigterm_at_s:
-                os.kill(server.pid, signal.SIGTERM)
-                run.sigterm_unix_s = time.time()
+            elapsed = time.time() - run.started_unix_s
+            if long is None and plan.long_stream_tokens and elapsed >= plan.sigterm_at_s - plan.long_stream_lead_s:
+                long = stack.enter_context(long_stream(url, plan.long_stream_tokens, run.folder, LONG,
+                                                       seed=plan.seed + 1, client_db=run.long_client_db))
+                run.long_stream_unix_s = time.time()
+                say(f"one long reply ({plan.long_stream_tokens} tokens) asked for: the drain will cut it")
+            if run.sigterm_unix_s is None and elapsed >= plan.sigterm_at_s:
+                run.sigterm_unix_s = terminate(server)
                 say("SIGTERM sent to llmslo serve: readiness false, settle, drain")
             if prometheus is not None:
                 watch.poll(prometheus)
@@ -322,17 +314,19 @@ def _drive(run: LiveRun, server: subprocess.Popen[str], url: str, prometheus: Pr
         if load.poll() is None:
             raise LiveRunError(f"llmslo load did not end within {plan.duration_s + 60:g} s")
         run.load_exit_code = load.returncode
-    if run.sigterm_unix_s is None:  # the load ended early: drain anyway
-        os.kill(server.pid, signal.SIGTERM)
-        run.sigterm_unix_s = time.time()
-    deadline = time.monotonic() + 60.0
-    while server.poll() is None and time.monotonic() < deadline:
-        if prometheus is not None:
-            watch.poll(prometheus)
-        time.sleep(0.5)
-    if server.poll() is None:
-        raise LiveRunError("llmslo serve did not exit within 60 s of SIGTERM")
-    run.server_exit_code = server.returncode
+        if run.sigterm_unix_s is None:  # the load ended early: drain anyway
+            run.sigterm_unix_s = terminate(server)
+        deadline = time.monotonic() + 60.0
+        while server.poll() is None and time.monotonic() < deadline:
+            if prometheus is not None:
+                watch.poll(prometheus)
+            time.sleep(0.5)
+        if server.poll() is None:
+            raise LiveRunError("llmslo serve did not exit within 60 s of SIGTERM")
+        run.server_exit_code = server.returncode
+        if long is not None:
+            run.long_stream_exit_code = wait_exits({"the long reply's llmslo load": long}, 30.0)[
+                "the long reply's llmslo load"][0]
     if prometheus is not None:
         for _ in range(4):  # a last look: alerts resolve once their series go stale
             watch.poll(prometheus)
@@ -353,15 +347,12 @@ def print_live(run: LiveRun, out: Console) -> None:
     from llmslo.cli._common import shown
 
     server = _counts(run.server_db)
-    client = _counts(run.client_db)
-    prom: dict[str, int] = {}
-    if run.prometheus is not None:
-        prom = {k: v for k, v in run.prometheus.requests_by_finish_reason.items() if k != "rejected"}
-        prom |= {f"rejected ({k})": v for k, v in run.prometheus.rejected_by_reason.items()}
+    client = _counts(run.client_db, run.long_client_db)
+    prom = run.prometheus.requests_by_finish_reason if run.prometheus is not None else {}
     plan = run.plan
     out.print(f"phases: calm 0-{plan.calm_s:g} s, burst x{plan.burst_factor:g} {plan.calm_s:g}-"
-              f"{plan.calm_s + plan.burst_s:g} s, calm, SIGTERM at {_offset(run, run.sigterm_unix_s)}",
-              highlight=False)
+              f"{plan.calm_s + plan.burst_s:g} s, calm, long reply at {_offset(run, run.long_stream_unix_s)}, "
+              f"SIGTERM at {_offset(run, run.sigterm_unix_s)}", highlight=False)
     table = Table(title="The same requests, three views", title_justify="left")
     for col in ("finish reason", "client (llmslo load)", "server summaries", "Prometheus llmslo_requests_total"):
         table.add_column(col, justify="left" if col == "finish reason" else "right")
@@ -369,8 +360,14 @@ def print_live(run: LiveRun, out: Console) -> None:
         table.add_row(shown(reason), f"{client.get(reason, 0):,}", f"{server.get(reason, 0):,}",
                       f"{prom[reason]:,}" if reason in prom else "-")
     out.print(table)
-    out.print("client rejected (circuit_open): arrivals the client's breaker held back while it honoured a "
-              "Retry-After; never sent, so the server has no summary of them", highlight=False, soft_wrap=True)
+    if run.prometheus is not None:
+        by_reason = ", ".join(f"{k} {v:,}" for k, v in sorted(run.prometheus.rejected_by_reason.items()))
+        out.print(shown(f"rejected by the server, by reason (Prometheus llmslo_rejected_requests_total): "
+                        f"{by_reason or 'none'}"), highlight=False, soft_wrap=True)
+    refused = (run.load_json or {}).get("run", {}).get("refused")
+    out.print(f"client rejected includes {refused if refused is not None else 'the'} arrival(s) the client's "
+              "breaker held back (circuit_open) while it honoured a Retry-After: never sent, so the server has no "
+              "summary of them", highlight=False, soft_wrap=True)
     if run.prometheus_note:
         out.print(shown(run.prometheus_note), highlight=False)
     alerts = Table(title="Alerts (seconds from the first arrival)", title_justify="left")
@@ -390,22 +387,18 @@ def print_live(run: LiveRun, out: Console) -> None:
         out.print(shown(f"drain: {drain.get('decision')} after settle {drain.get('unregister_settle_s')} s; "
                         f"{drain.get('in_flight_at_start')} in flight when it began, closed by reason: {cut}; "
                         f"terminated {drain.get('terminated')}"), highlight=False)
-    out.print(shown(f"files: {run.folder} (server.duckdb, client.duckdb, attempts.jsonl, drain-record.json, "
-                    "live-rules.yml, prometheus/)"), highlight=False)
+    out.print(shown(f"files: {run.folder} (server.duckdb, client.duckdb, attempts.jsonl, long-client.duckdb, "
+                    f"{run.long_attempts_log.name}, drain-record.json, live-rules.yml, prometheus/)"), highlight=False)
     out.print(shown(f"explore: llmslo report --db {run.server_db} --window 10s   |   "
                     f"llmslo report --db {run.client_db} --window 10s   |   llmslo app --db {run.server_db}"),
               highlight=False, soft_wrap=True)
 
 
-def _counts(db: Path) -> dict[str, int]:
-    """Summaries by finish reason (rejected ones by reject reason too, ``rejected/queue_full``)."""
-    from llmslo.analysis.store import Store
-
-    with Store.open(db, read_only=True) as store:
-        rows = store.con.sql("SELECT finish_reason, reject_reason, count(*) FROM request_summaries "
-                             "GROUP BY ALL").fetchall()
+def _counts(*dbs: Path) -> dict[str, int]:
+    """Summaries by finish reason, summed over the stores of ``dbs`` that exist (as the report counts them)."""
     counts: dict[str, int] = {}
-    for finish, reject, n in rows:
-        key = f"rejected ({reject})" if finish == "rejected" else str(finish)
-        counts[key] = counts.get(key, 0) + int(n)
+    for db in dbs:
+        if db.exists():
+            for reason, n in finish_counts(db).get((), {}).items():
+                counts[reason] = counts.get(reason, 0) + n
     return counts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -303,9 +304,16 @@ def demo(
         "--live", help="Run it for real instead (about 70 s): llmslo serve under llmslo load through a burst and "
         "a SIGTERM drain, scraped by a real Prometheus with the rules of examples/live-slo.yaml (needs the "
         "'serve' extra and Debian's prometheus).")] = False,
+    rollout: Annotated[bool, typer.Option(
+        "--rollout", help="Run a rolling update for real instead (about 75 s): llmslo serve v1 and a slower v2, a "
+        "load on each, v1 drained, the summaries ingested into one store, the update recorded and the versions "
+        "compared by llmslo rollout compare (needs the 'serve' extra).")] = False,
+    same_speed: Annotated[bool, typer.Option(
+        "--same-speed", help="With --rollout: v2 runs the same engine as v1 (the null run: its verdict should "
+        "be lossless).")] = False,
     out: Annotated[Path | None, typer.Option(
-        "--out", help="With --live: the folder for the run's files (must not hold an earlier run; default: a "
-        "new llmslo-live-<time> folder here).", show_default=False)] = None,
+        "--out", help="With --live or --rollout: the folder for the run's files (must not hold an earlier run; "
+        "default: a new llmslo-live-<time> or llmslo-rollout-<time> folder here).", show_default=False)] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Simulate a server through an overload burst, load the summaries into a fresh store, report.
@@ -319,13 +327,26 @@ def demo(
     evaluating the generated alerts. It prints the finish reasons as the client, the server's summaries
     and Prometheus counted them, the alerts that fired and resolved, and the drain. The options only the
     simulation reads (--db, --trace, --seed, --ttft, --tpot, --by, --window) do not go with --live.
+
+    With --rollout a rolling update runs on real processes: v1 alone, then v2 (25 % slower per engine step;
+    the same with --same-speed) beside it, then SIGTERM to v1 while a long reply is still streaming, then v2
+    alone. It prints the requests by version, the drain, and the verdict of llmslo rollout compare with the
+    regressions it found (v2's slowdown; none with --same-speed). The simulation's options do not go with
+    --rollout either.
     """
-    if live:
-        _refuse_simulation_options(ctx)  # before anything starts
-        _demo_live(out, as_json)
+    if live and rollout:
+        raise _fail("--live and --rollout are two different runs: choose one", EXIT_USAGE)
+    if same_speed and not rollout:
+        raise _fail("--same-speed goes with --rollout", EXIT_USAGE)
+    if live or rollout:
+        _refuse_simulation_options(ctx, "--live" if live else "--rollout")  # before anything starts
+        if live:
+            _demo_live(out, as_json)
+        else:
+            _demo_rollout(out, same_speed, as_json)
         return
     if out is not None:
-        raise _fail("--out goes with --live", EXIT_USAGE)
+        raise _fail("--out goes with --live or --rollout", EXIT_USAGE)
     from llmslo.analysis.report import ReportSpec
     from llmslo.analysis.store import Store
     from llmslo.analysis.workload import simulate_demo_workload
@@ -374,10 +395,16 @@ SIMULATION_ONLY: dict[str, tuple[str, str]] = {
 ``--live`` has no use for it)."""
 
 
-def _refuse_simulation_options(ctx: typer.Context) -> None:
-    """Exit 2 naming, one line each, every option of :data:`SIMULATION_ONLY` given on the command line."""
-    refused = [f"{option} does not go with --live: {why}" for name, (option, why) in SIMULATION_ONLY.items()
-               if _given(ctx, name)]
+def _refuse_simulation_options(ctx: typer.Context, mode: str) -> None:
+    """Exit 2 naming, one line each, every option of :data:`SIMULATION_ONLY` given on the command line with
+    ``mode`` (``--live`` or ``--rollout``)."""
+    if mode == "--live":
+        refused = [f"{option} does not go with --live: {why}" for name, (option, why) in SIMULATION_ONLY.items()
+                   if _given(ctx, name)]
+    else:
+        refused = [f"{option} does not go with --rollout: the rolling update's plan is fixed; report on its store "
+                   f"afterwards: llmslo report --db FOLDER/rollout.duckdb" for name, (option, _) in
+                   SIMULATION_ONLY.items() if _given(ctx, name)]
     if refused:
         raise _fail("\n".join(refused), EXIT_USAGE)
 
@@ -407,6 +434,25 @@ def _demo_live(out: Path | None, as_json: bool) -> None:
     _console().print("the server's summaries in 10 s windows (the burst's windows are the ones to look at):",
                      highlight=False)
     _print_report(run.server_db, ReportSpec(_policy(None, None, None, "10s", "stop,length", False)), False, False)
+
+
+def _demo_rollout(out: Path | None, same_speed: bool, as_json: bool) -> None:
+    from llmslo.cli._live_rollout import RolloutPlan, print_live_rollout, run_live_rollout
+    from llmslo.cli._processes import LiveRunError
+
+    folder = out if out is not None else Path(time.strftime("llmslo-rollout-%Y%m%d-%H%M%S"))
+    plan = RolloutPlan()
+    if same_speed:
+        plan = dataclasses.replace(plan, v2_speed=plan.v1_speed)
+    say = err() if as_json else _console()
+    try:
+        run = run_live_rollout(folder, plan, say=lambda line: say.print(shown(line), highlight=False, soft_wrap=True))
+    except LiveRunError as exc:
+        raise _fail(str(exc)) from None
+    if as_json:
+        print(json.dumps(run.to_dict(), indent=2, default=str))
+        return
+    print_live_rollout(run, _console())
 
 
 def _store_origin(db: Path) -> str | None:

@@ -212,7 +212,8 @@ def live_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Path | None, bool]]
 def test_every_demo_option_but_the_live_ones_is_refused_with_live() -> None:
     """A new option of ``llmslo demo`` must be read by the live run or be refused with ``--live``."""
     demo_options = set(inspect.signature(_report.demo).parameters) - {"ctx"}
-    assert demo_options - {"live", "out", "as_json"} == set(_report.SIMULATION_ONLY) == set(SIMULATION_ARGS)
+    assert demo_options - {"live", "rollout", "same_speed", "out", "as_json"} == set(_report.SIMULATION_ONLY) == set(
+        SIMULATION_ARGS)
 
 
 @pytest.mark.parametrize("name", sorted(SIMULATION_ARGS))
@@ -239,3 +240,43 @@ def test_demo_live_without_simulation_options_runs(live_runs: list[tuple[Path | 
     result = runner.invoke(app, ["demo", "--live", "--out", str(tmp_path / "run"), "--json"])
     assert result.exit_code == 0, result.output
     assert live_runs == [(tmp_path / "run", True)]
+
+
+# --- demo --rollout: the same refusals, and its own options ------------------------------------------------
+
+
+@pytest.fixture
+def rollout_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Path | None, bool, bool]]:
+    """The rolling updates ``llmslo demo --rollout`` started (none is: each is recorded instead)."""
+    runs: list[tuple[Path | None, bool, bool]] = []
+    monkeypatch.setattr(_report, "_demo_rollout", lambda out, same, as_json: runs.append((out, same, as_json)))
+    return runs
+
+
+@pytest.mark.parametrize("name", sorted(SIMULATION_ARGS))
+def test_demo_rollout_refuses_each_simulation_option(name: str, rollout_runs: list[object], tmp_path: Path) -> None:
+    option = SIMULATION_ARGS[name][0]
+    result = runner.invoke(app, ["demo", "--rollout", "--out", str(tmp_path / "run"), *SIMULATION_ARGS[name]])
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert " ".join(result.output.split()).startswith(f"error: {option} does not go with --rollout: ")
+    assert rollout_runs == [] and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, says", [(["--live", "--rollout"], "choose one"),
+                                        (["--same-speed"], "--same-speed goes with --rollout"),
+                                        (["--live", "--same-speed"], "--same-speed goes with --rollout")])
+def test_demo_rollout_options_that_do_not_go_together_are_refused(args: list[str], says: str,
+                                                                 rollout_runs: list[object],
+                                                                 live_runs: list[object]) -> None:
+    result = runner.invoke(app, ["demo", *args])
+    assert result.exit_code == EXIT_USAGE and says in " ".join(result.output.split()), result.output
+    assert rollout_runs == [] and live_runs == []
+
+
+@pytest.mark.parametrize("same", [False, True])
+def test_demo_rollout_runs_with_its_options(same: bool, rollout_runs: list[tuple[Path | None, bool, bool]],
+                                            tmp_path: Path) -> None:
+    result = runner.invoke(app, ["demo", "--rollout", "--out", str(tmp_path / "run"), "--json",
+                                 *(["--same-speed"] if same else [])])
+    assert result.exit_code == 0, result.output
+    assert rollout_runs == [(tmp_path / "run", same, True)]

@@ -1,7 +1,8 @@
 """The live system end to end: ``llmslo serve`` under ``llmslo load``, scraped by a real Prometheus.
 
 One run (:func:`llmslo.cli._live.run_live`, the run behind ``llmslo demo --live``): a calm phase, an
-overload burst, calm again, then SIGTERM to the server while the load still runs. Prometheus (Debian's
+overload burst, calm again, one long reply asked for, then SIGTERM to the server while the load still runs
+(the long reply outlives the drain budget, so the drain cuts it). Prometheus (Debian's
 package) scrapes the server every second with the rules ``llmslo rules generate`` makes from
 ``examples/live-slo.yaml``. Every test below reads that one run's files and what Prometheus recorded, and
 checks that the client, the server and Prometheus tell the same story. Loopback only; every process is
@@ -19,7 +20,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from llmslo.cli._live import LiveRun, run_live
+from llmslo.cli._live import LiveRun, print_live, run_live
 from llmslo.tests._tools import require_tool
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -51,25 +52,38 @@ def server(live: LiveRun) -> dict[str, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def client(live: LiveRun) -> dict[str, dict[str, Any]]:
-    return _rows(live.client_db)
+    """Every client summary: the load's and the long reply's (two clients, two stores)."""
+    return _rows(live.client_db) | _rows(live.long_client_db)
+
+
+def _attempts(log: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")
 def attempts(live: LiveRun) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in live.attempts_log.read_text().splitlines()]
+    """The load's attempts (one client, whose breaker honours the Retry-After it was given)."""
+    return _attempts(live.attempts_log)
 
 
-def test_both_processes_ended_cleanly(live: LiveRun) -> None:
+@pytest.fixture(scope="module")
+def long_attempt(live: LiveRun) -> dict[str, Any]:
+    (attempt,) = _attempts(live.long_attempts_log)
+    return attempt
+
+
+def test_every_process_ended_cleanly(live: LiveRun) -> None:
     assert live.server_exit_code == 0, (live.folder / "server.log").read_text()[-2000:]
     assert live.load_exit_code == 0, (live.folder / "load.log").read_text()[-2000:]
+    assert live.long_stream_exit_code == 0, (live.folder / "long-stream.log").read_text()[-2000:]
 
 
 def test_nothing_lost_every_sent_attempt_has_one_client_and_one_server_summary(
         live: LiveRun, server: dict[str, dict[str, Any]], client: dict[str, dict[str, Any]],
-        attempts: list[dict[str, Any]]) -> None:
-    ids = [a["request_id"] for a in attempts]
+        attempts: list[dict[str, Any]], long_attempt: dict[str, Any]) -> None:
+    ids = [a["request_id"] for a in [*attempts, long_attempt]]
     assert len(ids) == len(set(ids)) == len(client), "one client summary per attempt"
-    sent = {a["request_id"] for a in attempts if not a["breaker_refused"]}
+    sent = {a["request_id"] for a in [*attempts, long_attempt] if not a["breaker_refused"]}
     refused = set(ids) - sent
     assert set(server) == sent, (f"server summaries without a sent attempt: {sorted(set(server) - sent)[:5]}; "
                                  f"sent attempts without a server summary: {sorted(sent - set(server))[:5]}")
@@ -159,16 +173,40 @@ def test_every_refusal_carried_retry_after_and_the_client_waited_it_out(attempts
 
 
 def test_the_drain_ended_by_its_rule_and_cut_streams_ended_server_draining(
-        live: LiveRun, server: dict[str, dict[str, Any]], client: dict[str, dict[str, Any]]) -> None:
+        live: LiveRun, server: dict[str, dict[str, Any]], client: dict[str, dict[str, Any]],
+        long_attempt: dict[str, Any]) -> None:
     drain = json.loads(live.drain_record.read_text())["drain"]
     assert drain["decision"] in ("drained", "terminate", "return_to_pool"), drain
     if drain["decision"] == "drained":
         assert drain["remaining"] == 0
     cut = sum(drain["closed_by_reason"].values())  # idle, max_inflight, and budget_exhausted (the terminated)
+    assert cut > 0, f"the drain cut no stream, not even the long reply: {drain}"
     assert drain["terminated"] == drain["closed_by_reason"]["budget_exhausted"]
+    long_id = long_attempt["request_id"]
+    assert server[long_id]["finish_reason"] == "server_draining", server[long_id]
+    assert server[long_id]["generated_tokens"] < live.plan.long_stream_tokens
     drained = {i for i, r in server.items() if r["finish_reason"] == "server_draining"}
     assert len(drained) == cut, (drain, len(drained))
     assert all(client[i]["finish_reason"] == "server_draining" for i in drained)
     assert drain["in_flight_at_start"] >= len(drained)
     after = [r for r in server.values() if r["arrival_unix_s"] >= (live.sigterm_unix_s or 0) + 0.05]
     assert after and all(r["finish_reason"] == "rejected" and r["reject_reason"] == "draining" for r in after)
+
+
+def test_the_printed_run_shows_each_finish_reason_as_the_three_views_counted_it(
+        live: LiveRun, server: dict[str, dict[str, Any]], client: dict[str, dict[str, Any]]) -> None:
+    from rich.console import Console
+
+    console = Console(record=True, width=200, color_system=None)
+    print_live(live, console)
+    text = console.export_text()
+    prom = live.prometheus.requests_by_finish_reason if live.prometheus is not None else {}
+    by_server, by_client = Counter(r["finish_reason"] for r in server.values()), \
+        Counter(r["finish_reason"] for r in client.values())
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:5]]
+            for line in text.splitlines() if line.count("│") >= 5}
+    for reason in set(by_server) | set(by_client):
+        assert rows[reason] == [f"{by_client[reason]:,}", f"{by_server[reason]:,}",
+                                f"{prom[reason]:,}" if reason in prom else "-"], (reason, text)
+    refused = sum(r["finish_reason"] == "rejected" and r["reject_reason"] == "circuit_open" for r in client.values())
+    assert f"client rejected includes {refused} arrival(s)" in text
