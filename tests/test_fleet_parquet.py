@@ -276,3 +276,52 @@ def test_quantiles_that_cannot_fit_the_memory_limit_say_what_to_change(tmp_path:
         engine = _Counting(store.con, budget=1, fail_on="quantile_cont(e2e_s")
         with pytest.raises(ConfigurationError, match=r"--memory-limit: the exact quantiles of e2e_s hold about"):
             build_report(engine, ReportSpec(GoodputPolicy()))
+
+
+class _Recording(DuckDBEngine):
+    """A DuckDB engine that keeps the text of every query (to see which scans a report makes)."""
+
+    def __init__(self, engine: DuckDBEngine) -> None:
+        super().__init__(engine.con, owned=True, holistic_budget_bytes=engine.holistic_budget_bytes)
+        self.empty_lists = engine.empty_lists
+        self.queries: list[str] = []
+
+    def tuples(self, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+        self.queries.append(sql)
+        return super().tuples(sql, params)
+
+
+def test_files_whose_statistics_show_no_itl_element_are_not_scanned_for_one(tmp_path: Path) -> None:
+    rows = _rows()
+    _sink(tmp_path / "pq", rows)
+    spec = ReportSpec(GoodputPolicy(), by=("model",))
+    with _store(tmp_path / "s.duckdb", rows) as store:
+        want = build_report(store.con, spec).to_dict()
+    engine = _Recording(open_parquet(str(tmp_path / "pq")))
+    assert engine.empty_lists == frozenset({"itl_s"})
+    assert differences(want, build_report(engine, spec).to_dict()) == []
+    probes = [q for q in engine.queries if "EXISTS" in q]
+    assert probes and not any("itl_s" in q for q in probes)  # the footers said it: no scan for ITL gaps
+    engine.close()
+
+
+def test_files_with_itl_gaps_or_without_statistics_are_probed_and_their_itl_reported(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    rows = _rows()
+    rows[5]["itl_s"] = [0.01, 0.02, 0.05]
+    _sink(tmp_path / "pq", rows)
+    spec = ReportSpec(GoodputPolicy())
+    with _store(tmp_path / "s.duckdb", rows) as store:
+        want = build_report(store.con, spec).to_dict()
+    engine = open_parquet(str(tmp_path / "pq"))
+    assert engine.empty_lists == frozenset()
+    got = build_report(engine, spec).to_dict()
+    engine.close()
+    assert differences(want, got) == [] and got["groups"][0]["latency"]["itl_s"]["count"] == 3
+    bare = tmp_path / "nostats" / "summaries.parquet"  # a writer that keeps no statistics proves nothing
+    bare.parent.mkdir()
+    pq.write_table(summary_table(_rows()), bare, write_statistics=False)
+    engine = open_parquet(str(bare.parent))
+    assert engine.empty_lists == frozenset()
+    engine.close()

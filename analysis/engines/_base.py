@@ -216,6 +216,9 @@ class Engine(ABC):
     """Memory the exact quantiles of one query may hold (bytes): with a budget they run apart from the main
     aggregate, packed into queries that fit it (DuckDB under a memory limit: it spills sorts and hash tables,
     not the values of an exact quantile). None: they run inside the main aggregate."""
+    empty_lists: frozenset[str] = frozenset()
+    """List columns known to hold no element in any row (Parquet: from the files' statistics, read with their
+    schemas): the report does not scan them to find out."""
 
     @abstractmethod
     def rows(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:

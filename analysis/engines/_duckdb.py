@@ -24,6 +24,7 @@ import glob as globbing
 import math
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -112,11 +113,40 @@ _COMPATIBLE = {"str": (pa.types.is_string, pa.types.is_large_string),
                "float_list": (pa.types.is_list, pa.types.is_large_list)}
 
 
-def _check_schema(path: str) -> set[str]:
-    """The column names of ``path``; raises :class:`StoreError` naming it when its schema lacks a required
-    contract column or holds one of another type (read from the footer only)."""
+@dataclass(frozen=True)
+class _Footer:
+    """What a file's footer says: its column names, and its list columns without any element."""
+
+    names: set[str]
+    empty_lists: set[str]
+
+
+def _empty_lists(meta: pq.FileMetaData, schema: pa.Schema) -> set[str]:
+    """The list columns of a file whose every row group's statistics count as many nulls as leaf slots: no
+    element anywhere (a row group without statistics proves nothing)."""
+    lists = {f.name for f in schema if pa.types.is_list(f.type) or pa.types.is_large_list(f.type)}
+    out = set()
+    for name in lists:
+        empty = True
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            chunks = [group.column(i) for i in range(group.num_columns)
+                      if group.column(i).path_in_schema.split(".")[0] == name]
+            for chunk in chunks:
+                stats = chunk.statistics
+                if stats is None or not stats.has_null_count or stats.null_count != chunk.num_values:
+                    empty = False
+        if empty:
+            out.add(name)
+    return out
+
+
+def _check_schema(path: str) -> _Footer:
+    """The column names of ``path`` and its list columns known empty; raises :class:`StoreError` naming it when
+    its schema lacks a required contract column or holds one of another type (read from the footer only)."""
     try:
-        schema = pq.read_schema(path)
+        meta = pq.read_metadata(path)
+        schema = meta.schema.to_arrow_schema()
     except (pa.ArrowInvalid, OSError) as exc:
         raise StoreError(f"{path}: not a readable Parquet file ({exc})") from None
     problems = []
@@ -131,7 +161,7 @@ def _check_schema(path: str) -> set[str]:
     if problems:
         raise StoreError(f"{path}: not request summaries of schema version {SCHEMA_VERSION}: {'; '.join(problems)} "
                          "(write the files with ParquetSummaryWriter, or ingest them with `llmslo ingest`)")
-    return set(schema.names)
+    return _Footer(set(schema.names), _empty_lists(meta, schema))
 
 
 def _columns_sql(present: set[str], read: bool = True) -> str:
@@ -184,8 +214,12 @@ def open_parquet(
     window = time_range or TimeRange()
     hive = _hive(files)
     kept = [f for f in files if _in_range(f, window)] if hive else files
-    names = [_check_schema(path) for path in kept]
+    footers = [_check_schema(path) for path in kept]
+    names = [f.names for f in footers]
     present = set().union(*names) if names else set(COLUMN_NAMES)
+    # a list column is empty everywhere when every file lacks it or holds no element of it
+    empty_lists = frozenset(c.name for c in COLUMNS if c.kind == "float_list" and footers and all(
+        c.name not in f.names or c.name in f.empty_lists for f in footers))
     con = _connect(memory_limit, temp_directory)
     try:
         if kept:
@@ -203,7 +237,9 @@ def open_parquet(
     except duckdb.Error as exc:
         con.close()
         raise StoreError(f"--source {source}: cannot read the files: {exc}") from None
-    return DuckDBEngine(con, owned=True, holistic_budget_bytes=_budget(memory_limit))
+    engine = DuckDBEngine(con, owned=True, holistic_budget_bytes=_budget(memory_limit))
+    engine.empty_lists = empty_lists
+    return engine
 
 
 def _empty_meta(con: duckdb.DuckDBPyConnection) -> None:

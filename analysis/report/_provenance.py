@@ -18,7 +18,7 @@ from pathlib import Path
 
 import duckdb
 
-from llmslo.analysis.engines import Engine, as_engine
+from llmslo.analysis.engines import Dialect, Engine, as_engine
 from llmslo.analysis.store import IMPORTS_TABLE, META_TABLE, SUMMARY_TABLE
 from llmslo.telemetry import ConfigurationError, LlmsloError, format_duration
 
@@ -156,6 +156,13 @@ def arrivalless_imports(con: Source) -> dict[str, ArrivallessImport]:
             if any(not r.arrivals for r in records)}
 
 
+def unplaceable_arrival(dialect: Dialect) -> str:
+    """SQL true for a row whose ``arrival_unix_s`` is not a finite number between :data:`ARRIVAL_MIN_UNIX_S`
+    and :data:`ARRIVAL_MAX_UNIX_S` (the rows :func:`stored_arrival_range` refuses)."""
+    return (f"(NOT {dialect.is_finite('arrival_unix_s')} OR arrival_unix_s < {ARRIVAL_MIN_UNIX_S!r} "
+            f"OR arrival_unix_s > {ARRIVAL_MAX_UNIX_S!r})")
+
+
 def stored_arrival_range(con: Source) -> tuple[float, float] | None:
     """``(first, last)`` stored ``arrival_unix_s`` (Unix seconds), None without rows.
 
@@ -165,8 +172,7 @@ def stored_arrival_range(con: Source) -> tuple[float, float] | None:
     """
     engine = as_engine(con)
     d = engine.dialect
-    bad = (f"(NOT {d.is_finite('arrival_unix_s')} OR arrival_unix_s < {ARRIVAL_MIN_UNIX_S!r} "
-           f"OR arrival_unix_s > {ARRIVAL_MAX_UNIX_S!r})")
+    bad = unplaceable_arrival(d)
     lo, hi, n_bad = engine.tuples(
         f"SELECT {d.min_of('arrival_unix_s')}, {d.max_of('arrival_unix_s')}, {d.count_if(bad)} "
         f"FROM {engine.summaries}"

@@ -24,6 +24,7 @@ import duckdb
 
 from llmslo.analysis.engines import Dialect, Engine, as_engine, km_quantiles_by_group_sql
 from llmslo.analysis.report._policy import GoodputPolicy
+from llmslo.analysis.report._provenance import stored_arrival_range, unplaceable_arrival
 from llmslo.analysis.report._survival import (
     inverse_cdf_max_n,
     km_quantiles_by_id_sql,
@@ -271,11 +272,11 @@ def _presence(dialect: Dialect) -> dict[str, str]:
     }
 
 
-def _presence_sql(dialect: Dialect, summaries: str = SUMMARY_TABLE) -> str:
+def _presence_sql(dialect: Dialect, summaries: str = SUMMARY_TABLE, probes: dict[str, str] | None = None) -> str:
     """One row of booleans, one per :func:`_presence` entry (:meth:`Dialect.presence`). Each DuckDB ``EXISTS``
     stops at the first matching row, and DuckDB skips row groups whose statistics say a column is all null,
     so the pre-pass costs milliseconds where a ``count()`` would scan every row."""
-    return dialect.presence(_presence(dialect), summaries)
+    return dialect.presence(_presence(dialect) if probes is None else probes, summaries)
 
 
 def _empty_distribution(alias: str, bounds: Sequence[float]) -> dict[str, Any]:
@@ -298,6 +299,7 @@ def fetch_raw(
     until_unix_s: float | None = None,
     arrivalless: Sequence[str] = (),
     on_progress: ProgressCallback | None = None,
+    check_arrivals: bool = False,
 ) -> RawReport:
     """Run the report's queries over the store open on ``con`` (a DuckDB connection or an engine), grouped by
     ``keys`` (columns, and
@@ -326,15 +328,19 @@ def fetch_raw(
     :func:`~llmslo.analysis.engines.km_quantiles_by_group_sql`).
 
     The finish reasons are the closed set and never null (the store's contract); bucket counts assume
-    finite values (the store holds no others).
+    finite values (the store holds no others). With ``check_arrivals`` (only without a horizon: every row
+    is aggregated) the main aggregate also counts the rows whose arrival time cannot be placed, and
+    :func:`~llmslo.analysis.report.stored_arrival_range` raises its error naming them when there are any.
     """
     engine = as_engine(con)
     d = engine.dialect
     text = d.text
     base = _base_sql(policy, until_unix_s, arrivalless, d, engine.summaries)
     bounds = {name: bucket_bounds(name, policy) for name in LATENCY_INTERVALS}
-    probes = _presence(d)
-    present = {k: bool(v) for k, v in zip(probes, engine.tuples(_presence_sql(d, engine.summaries))[0], strict=True)}
+    probes = {k: v for k, v in _presence(d).items() if k not in engine.empty_lists}
+    present = {k: bool(v) for k, v in zip(probes, engine.tuples(_presence_sql(d, engine.summaries, probes))[0],
+                                          strict=True)}
+    present.update({k: False for k in _presence(d) if k not in probes})
     budget = engine.holistic_budget_bytes
     if budget is not None:
         # every exact quantile inside the main aggregate, unless together they could exceed the budget (an upper
@@ -387,6 +393,8 @@ def fetch_raw(
     for c in TOKEN_COUNTS:
         q.add(f"coalesce(sum({c}), 0)", f"sum_{c}")
     q.add("coalesce(sum(generated_tokens - sent_tokens), 0)", "waste")
+    if check_arrivals:
+        q.add(d.count_if(unplaceable_arrival(d)), "__unplaceable")
     deferred: list[_Holistic] | None = [] if budget is not None else None
     so_from_ttft = False
     for name, expr in _INTERVAL_EXPR.items():
@@ -432,6 +440,10 @@ def fetch_raw(
         filled.update({"so__n": 0, "so__q": None})
         q.outer += ["NULL AS __inverse_cdf_q", "0 AS __admitted_ttft"]
     main = engine.rows(q.sql(keys, base))
+    if check_arrivals:
+        unplaceable = sum(int(row.pop("__unplaceable") or 0) for row in main)
+        if unplaceable:
+            stored_arrival_range(engine)  # raises ReportDataError naming the rows
     if deferred is not None and budget is not None:
         if on_progress:
             on_progress("exact quantiles")
