@@ -26,7 +26,7 @@ chdb) are compared figure by figure (``bench_report.compare``: counts exact, qua
 and rates within 1e-9); the script exits 1 on a difference.
 
 Run: ``nice -n 19 .venv/bin/python -m llmslo.bench.bench_fleet --rows 10000000`` (the 100M figure:
-``--rows 100000000 --repeat 1``; about 6 GB of Parquet).
+``--rows 100000000 --big-repeat 3``; about 6 GB of Parquet).
 """
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"writing {args.rows:,} summaries under {data} ...", file=sys.stderr, flush=True)
         written = write_parquet(data, args.rows, args.seed)
         startup = [run_process(cli("--version"), root) for _ in range(args.repeat)]
-        scaling = [out_of_core(data, root, n, args.memory_limit, args.repeat if n < 50_000_000 else 1)
+        scaling = [out_of_core(data, root, n, args.memory_limit, args.repeat if n < 50_000_000 else args.big_repeat)
                    for n in sizes]
         chdb: dict[str, Any] = {}
         checks: dict[str, list[str]] = {}
@@ -271,7 +271,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000000,10000000", help="row counts of the scaling table (<= --rows)")
     parser.add_argument("--chdb-rows", type=int, default=10_000_000, help="rows of the chdb figure (0 skips it)")
     parser.add_argument("--memory-limit", default="4GB", help="the report's --memory-limit (default 4GB)")
-    parser.add_argument("--repeat", type=int, default=3, help="paired runs per figure (1 at 50M rows and more)")
+    parser.add_argument("--repeat", type=int, default=3, help="paired runs per figure below 50M rows")
+    parser.add_argument("--big-repeat", type=int, default=1,
+                        help="paired runs per figure at 50M rows and more (3 at 100M: about 6 minutes)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tmp", default="/tmp", help="where the data is written (and deleted afterwards)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
