@@ -35,7 +35,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,7 +45,7 @@ from llmslo.analysis.engines import parse_memory_limit
 from llmslo.analysis.store import SUMMARY_TABLE, ClickHouseStore, ParquetSummaryWriter, Store
 from llmslo.bench._data import START_UNIX_S, synthetic_batches, synthetic_summaries
 from llmslo.bench._util import median, table
-from llmslo.bench.bench_report import RUNNER, _policy, bare_main_sql, compare, flatten_report
+from llmslo.bench.bench_report import RUNNER, _policy, bare_main_sql, compare, flatten_report, run_process
 
 KEYS = "model,finish_reason"
 BATCH_ROWS = 1_000_000
@@ -70,25 +69,6 @@ con.sql(open(sql_file).read()).fetchall()
 """
 """The bare side over Parquet: a view over the listed files (argv[1] holds the SQL list), the memory limit of
 argv[2] (``none``: DuckDB's default), the SQL of argv[3]; every row fetched."""
-
-
-def run_process(cmd: list[str], tmp: Path, stdout: Path | None = None) -> dict[str, Any]:
-    """Run ``cmd`` once (wrapped by ``RUNNER``): wall seconds, peak RSS in MiB, and whether it succeeded (with
-    the last line of its error when it did not)."""
-    peak_file = tmp / "peak.kib"
-    peak_file.unlink(missing_ok=True)
-    env = {**os.environ, "LLMSLO_BENCH_PEAK_FILE": str(peak_file)}
-    with open(stdout or os.devnull, "w") as out:
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.PIPE, text=True, env=env, check=False)
-        seconds = time.perf_counter() - t0
-    peak = int(peak_file.read_text()) / 1024.0 if peak_file.exists() else float("nan")
-    error = None
-    if proc.returncode != 0:
-        lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
-        error = next((line for line in reversed(lines) if "Error" in line or "error" in line), lines[-1] if lines
-                     else f"exit {proc.returncode}")
-    return {"seconds": seconds, "peak_rss_mb": peak, "ok": proc.returncode == 0, "error": error}
 
 
 def cli(*args: str) -> list[str]:

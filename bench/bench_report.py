@@ -572,8 +572,9 @@ def bare_command(db: Path, sql_file: Path) -> list[str]:
     return [sys.executable, "-c", RUNNER, BARE_CODE, str(db), str(sql_file)]
 
 
-def timed_process(cmd: list[str], tmp: Path, stdout: Path | None = None) -> dict[str, float]:
-    """Run ``cmd`` once: wall seconds from start to exit (seen from here), peak RSS in MiB (its VmHWM)."""
+def run_process(cmd: list[str], tmp: Path, stdout: Path | None = None) -> dict[str, Any]:
+    """Run ``cmd`` once (wrapped by ``RUNNER``): wall seconds, peak RSS in MiB, and whether it succeeded (with
+    the last line of its error, and the end of its stderr, when it did not)."""
     peak_file = tmp / "peak.kib"
     peak_file.unlink(missing_ok=True)
     env = {**os.environ, "LLMSLO_BENCH_PEAK_FILE": str(peak_file)}
@@ -581,9 +582,23 @@ def timed_process(cmd: list[str], tmp: Path, stdout: Path | None = None) -> dict
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, stdout=out, stderr=subprocess.PIPE, text=True, env=env, check=False)
         seconds = time.perf_counter() - t0
+    peak = int(peak_file.read_text()) / 1024.0 if peak_file.exists() else float("nan")
+    error = None
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd[:1] + cmd[3:])} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return {"seconds": seconds, "peak_rss_mb": int(peak_file.read_text()) / 1024.0}
+        lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+        error = next((line for line in reversed(lines) if "Error" in line or "error" in line), lines[-1] if lines
+                     else f"exit {proc.returncode}")
+    return {"seconds": seconds, "peak_rss_mb": peak, "ok": proc.returncode == 0, "error": error,
+            "stderr": proc.stderr[-3000:] if error is not None else None}
+
+
+def timed_process(cmd: list[str], tmp: Path, stdout: Path | None = None) -> dict[str, float]:
+    """Run ``cmd`` once: wall seconds from start to exit (seen from here), peak RSS in MiB (its VmHWM); a
+    failure stops the benchmark."""
+    run = run_process(cmd, tmp, stdout)
+    if not run["ok"]:
+        raise SystemExit(f"{' '.join(cmd[:1] + cmd[3:])} failed:\n{run['stderr']}")
+    return {"seconds": run["seconds"], "peak_rss_mb": run["peak_rss_mb"]}
 
 
 def run_processes(db: Path, tmp: Path, repeat: int) -> tuple[dict[str, list[dict[str, float]]], dict[str, Any]]:

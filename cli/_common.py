@@ -28,7 +28,11 @@ import typer
 from llmslo.telemetry import parse_duration
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from rich.console import Console
+
+    from llmslo.rules import Model
 
 EXIT_INPUT = 1
 """Exit status when an input (file, store, tool) is missing or invalid."""
@@ -156,3 +160,16 @@ def parse_time(option: str, text: str) -> float:
     if not math.isfinite(value):
         raise fail(f"--{option}: must be a finite number of Unix seconds, got {text!r}", EXIT_USAGE)
     return value
+
+
+def spec_model(spec: Path) -> Model:
+    """The model of the SLO spec file ``spec``; an unreadable or invalid spec exits 1 naming it (and the
+    field)."""
+    from llmslo.rules import SpecError, build_model, load_spec
+
+    try:
+        return build_model(load_spec(spec))
+    except SpecError as exc:  # a field's error names the field; one about the whole file names the file
+        raise fail(f"{spec}: {exc}" if exc.path else str(exc), EXIT_INPUT) from None
+    except OSError as exc:
+        raise fail(f"cannot read {spec}: {exc.strerror or exc}", EXIT_INPUT) from None

@@ -8,13 +8,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from llmslo.cli._common import EXIT_INPUT, shown
+from llmslo.cli._common import EXIT_INPUT, shown, spec_model
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import fail as _fail
 
 if TYPE_CHECKING:
     from llmslo.dashboards import Dashboard
-    from llmslo.rules import Model
 
 __all__ = ["dashboards_app"]
 
@@ -37,18 +36,6 @@ dashboards_app = typer.Typer(
 @dashboards_app.callback()
 def _group() -> None:
     """Keeps ``dashboards`` a group of commands (``llmslo dashboards generate``) however many it holds."""
-
-
-def _model(spec: Path) -> Model:
-    """The model of the spec file ``spec``; an unreadable or invalid spec exits 1 naming it (and the field)."""
-    from llmslo.rules import SpecError, build_model, load_spec
-
-    try:
-        return build_model(load_spec(spec))
-    except SpecError as exc:  # a field's error names the field; one about the whole file names the file
-        raise _fail(f"{spec}: {exc}" if exc.path else str(exc), EXIT_INPUT) from None
-    except OSError as exc:
-        raise _fail(f"cannot read {spec}: {exc.strerror or exc}", EXIT_INPUT) from None
 
 
 def _summary(dashboard: Dashboard, path: Path) -> dict[str, object]:
@@ -91,7 +78,7 @@ def generate(
     """
     from llmslo.dashboards import build_dashboards, write_dashboards
 
-    model = _model(spec) if spec is not None else None
+    model = spec_model(spec) if spec is not None else None
     dashboards = build_dashboards(model)
     try:
         paths = write_dashboards(dashboards, output)

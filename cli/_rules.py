@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from llmslo.cli._common import EXIT_INPUT, shown
+from llmslo.cli._common import EXIT_INPUT, shown, spec_model
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import fail as _fail
 
 if TYPE_CHECKING:
-    from llmslo.rules import Model, PromtoolResult
+    from llmslo.rules import PromtoolResult
 
 rules_app = typer.Typer(
     name="rules",
@@ -29,18 +29,6 @@ rules_app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-
-
-def _model(spec: Path) -> Model:
-    """The model of the spec file ``spec``; an unreadable or invalid spec exits 1 naming it."""
-    from llmslo.rules import SpecError, build_model, load_spec
-
-    try:
-        return build_model(load_spec(spec))
-    except SpecError as exc:  # a field's error names the field; one about the whole file names the file
-        raise _fail(f"{spec}: {exc}" if exc.path else str(exc), EXIT_INPUT) from None
-    except OSError as exc:
-        raise _fail(f"cannot read {spec}: {exc.strerror or exc}", EXIT_INPUT) from None
 
 
 SpecArgument = Annotated[Path, typer.Argument(help="SLO spec (YAML, version: llmslo/v1).", show_default=False)]
@@ -63,7 +51,7 @@ def generate(
     """
     from llmslo.rules import SpecError, render
 
-    model = _model(spec)
+    model = spec_model(spec)
     tests_name = tests.name if tests is not None else "rules_test.yml"
     rule_file = os.path.relpath(output.resolve(), (tests or output).resolve().parent)
     try:
@@ -168,7 +156,7 @@ def explain_command(
 
     from llmslo.rules import explain
 
-    result = explain(_model(spec))
+    result = explain(spec_model(spec))
     if as_json:
         print(json.dumps(result.as_dict(), indent=2, ensure_ascii=False))
         return
