@@ -132,6 +132,44 @@ def test_a_time_range_opens_only_its_partitions_and_keeps_exactly_its_arrivals(t
         open_parquet(str(tmp_path / "pq"))
 
 
+def _view_parts(engine: DuckDBEngine) -> dict[bool, str]:
+    """The ``read_parquet`` parts of an engine's summary view, keyed by whether the part filters its rows."""
+    ((sql,),) = engine.con.sql("SELECT sql FROM duckdb_views() WHERE view_name = 'request_summaries'").fetchall()
+    parts = sql.split(" UNION ALL ")
+    return {" WHERE " in p: p for p in parts}
+
+
+def test_files_whose_statistics_put_every_arrival_in_the_range_are_read_without_the_row_filter(
+        tmp_path: Path) -> None:
+    rows = _rows()  # arrivals at DAY + 180 i + 7 s: hour 7's last one is row 159
+    _sink(tmp_path / "pq", rows)
+    # files in a kept partition whose rows lie outside the range (hour 20): with statistics, and without any
+    strays = [{**r, "request_id": "stray-" + r["request_id"]} for r in rows if DAY + 20 * HOUR <= r["arrival_unix_s"]
+              < DAY + 21 * HOUR]
+    hour6 = tmp_path / "pq" / "date=2026-01-01" / "hour=06"
+    pq.write_table(summary_table(strays[:10]), hour6 / "stray-stats.parquet")
+    pq.write_table(summary_table(strays[10:]), hour6 / "stray-nostats.parquet", write_statistics=False)
+    lo, hi = DAY + 5 * HOUR, rows[159]["arrival_unix_s"]  # hour 7's last arrival sits on the open end
+    engine = open_parquet(str(tmp_path / "pq"), time_range=TimeRange(lo, hi))
+    try:
+        parts = _view_parts(engine)
+        whole = sorted(Path(f).parent.name for f in parts[False].split("'") if f.endswith(".parquet"))
+        assert whole == ["hour=05", "hour=06"]  # the sink's files of hours 5 and 6; hour 7 ends on the bound
+        assert "stray" not in parts[False] and "stray-stats" in parts[True] and "stray-nostats" in parts[True]
+        got = build_report(engine, ReportSpec(GoodputPolicy())).to_dict()
+    finally:
+        engine.close()
+    inside = [r for r in rows if lo <= r["arrival_unix_s"] < hi]
+    with _store(tmp_path / "s.duckdb", inside) as store:
+        want = build_report(store.con, ReportSpec(GoodputPolicy())).to_dict()
+    assert differences(want, got) == [] and got["totals"]["attempted"] == len(inside) == 59
+    unbounded = open_parquet(str(tmp_path / "pq"))
+    try:
+        assert list(_view_parts(unbounded)) == [False]  # no range: no filter at all
+    finally:
+        unbounded.close()
+
+
 def test_a_store_seen_through_a_time_range_reports_only_those_arrivals(tmp_path: Path) -> None:
     rows = _rows()
     lo, hi = DAY + 3 * HOUR, DAY + 20 * HOUR
@@ -251,9 +289,10 @@ def test_exact_quantiles_packed_into_queries_under_a_budget_give_the_same_report
     assert all(q.count("quantile") == 1 for q in alone) and len(alone) >= 6
     packed = [q.count("quantile") for q in _quantile_queries(pairs)]
     assert max(packed) == 2 and len(packed) < len(alone)
-    for engine in (one_each, pairs):
-        main = next(q for q in engine.queries if '"attempted"' in q)
-        assert "quantile" not in main  # the main aggregate holds no value in memory
+    main_alone = next(q for q in one_each.queries if '"attempted"' in q)
+    assert "quantile" not in main_alone  # the main aggregate holds no value in memory when none fits
+    main_pairs = next(q for q in pairs.queries if '"attempted"' in q)
+    assert main_pairs.count("quantile_") == 2  # as many as fit the budget however many values they read
     assert len([q for q in roomy.queries if "quantile" in q]) == 2  # the main aggregate and the ITL pass
 
 
@@ -265,6 +304,8 @@ def test_a_query_that_runs_out_of_memory_is_run_again_in_halves(tmp_path: Path) 
         # the estimate packs several quantiles into a query (not all into the main aggregate); DuckDB disagrees
         engine = _Counting(store.con, budget=HOLISTIC_BYTES_PER_VALUE * len(rows) * 3, max_quantiles=1)
         assert build_report(engine, spec).to_dict() == want
+    mains = [q.count("quantile_") for q in engine.queries if '"attempted"' in q]
+    assert mains == [3, 0]  # the main aggregate held three, ran out of memory, and ran again without them
     tried = _quantile_queries(engine)
     assert max(q.count("quantile_") for q in tried) > 1  # packed first
     done = [q for q in tried if q.count("quantile_") == 1]

@@ -68,6 +68,11 @@ class TimeRange:
             parts.append(f"arrival_unix_s < {double.format(repr(float(self.to_unix_s)))}")
         return " AND ".join(parts) or "TRUE"
 
+    def holds(self, first_unix_s: float, last_unix_s: float) -> bool:
+        """Whether every arrival between ``first_unix_s`` and ``last_unix_s`` (inclusive) lies in the range."""
+        return ((self.from_unix_s is None or first_unix_s >= self.from_unix_s)
+                and (self.to_unix_s is None or last_unix_s < self.to_unix_s))
+
 
 def _day_hour(unix_s: float) -> tuple[str, int]:
     t = datetime.fromtimestamp(unix_s, tz=UTC)

@@ -7,7 +7,9 @@ anomaly scan and every other query run on it unchanged. DuckDB streams the files
 keeps its own memory under that limit and spills what does not fit (sorts, hash tables) to a temporary
 folder. A time range (``from_unix_s``, ``to_unix_s``: arrivals in ``[from, to)``) prunes the partitions
 outside it from their folder names, before any file is opened (only the files kept are handed to
-``read_parquet``), and then filters the rows exactly.
+``read_parquet``), and then filters the rows exactly: the rows of the files whose footer statistics do not put
+every arrival inside the range (a file inside it is read whole, without reading its arrival column for the
+filter).
 
 :func:`open_store_range` shows a DuckDB store file the same way, restricted to a time range (no pruning:
 one file).
@@ -33,7 +35,7 @@ import pyarrow.parquet as pq
 
 from llmslo.analysis.engines._base import DuckDBEngine, TimeRange, _day_hour
 from llmslo.analysis.store import IMPORTS_TABLE, META_TABLE, SUMMARY_TABLE, StoreError, table_names
-from llmslo.telemetry import COLUMN_NAMES, COLUMNS, SCHEMA_VERSION, ConfigurationError
+from llmslo.telemetry import COLUMNS, SCHEMA_VERSION, ConfigurationError
 
 __all__ = ["open_parquet", "open_store_range", "parse_memory_limit", "quiet_progress"]
 
@@ -119,6 +121,9 @@ class _Footer:
 
     names: set[str]
     empty_lists: set[str]
+    arrivals: tuple[float, float] | None = None
+    """The first and last ``arrival_unix_s`` by the statistics of every row group, when they all have them and
+    count no null (Unix seconds); None when they prove nothing."""
 
 
 def _empty_lists(meta: pq.FileMetaData, schema: pa.Schema) -> set[str]:
@@ -141,6 +146,22 @@ def _empty_lists(meta: pq.FileMetaData, schema: pa.Schema) -> set[str]:
     return out
 
 
+def _arrivals(meta: pq.FileMetaData) -> tuple[float, float] | None:
+    """``(min, max)`` of ``arrival_unix_s`` over the row groups of a file by their statistics; None when a row
+    group has no such statistics, counts a null, or the file has no row group."""
+    lo = hi = None
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        chunk = next((group.column(i) for i in range(group.num_columns)
+                      if group.column(i).path_in_schema == "arrival_unix_s"), None)
+        stats = chunk.statistics if chunk is not None else None
+        if stats is None or not stats.has_min_max or not stats.has_null_count or stats.null_count:
+            return None
+        lo = float(stats.min) if lo is None else min(lo, float(stats.min))
+        hi = float(stats.max) if hi is None else max(hi, float(stats.max))
+    return None if lo is None or hi is None else (lo, hi)
+
+
 def _check_schema(path: str) -> _Footer:
     """The column names of ``path`` and its list columns known empty; raises :class:`StoreError` naming it when
     its schema lacks a required contract column or holds one of another type (read from the footer only)."""
@@ -161,7 +182,7 @@ def _check_schema(path: str) -> _Footer:
     if problems:
         raise StoreError(f"{path}: not request summaries of schema version {SCHEMA_VERSION}: {'; '.join(problems)} "
                          "(write the files with ParquetSummaryWriter, or ingest them with `llmslo ingest`)")
-    return _Footer(set(schema.names), _empty_lists(meta, schema))
+    return _Footer(set(schema.names), _empty_lists(meta, schema), _arrivals(meta))
 
 
 def _columns_sql(present: set[str], read: bool = True) -> str:
@@ -178,6 +199,19 @@ def _columns_sql(present: set[str], read: bool = True) -> str:
                 f"coalesce(CAST({c.name} AS {duck[c.kind]}), {value})"
         out.append(f"{value} AS {c.name}")
     return ", ".join(out)
+
+
+def _read_sql(files: list[tuple[str, _Footer]], where: str | None) -> str:
+    """The contract's columns (:func:`_columns_sql`) of ``files`` (paths and their footers), one ``read_parquet``,
+    keeping the rows where ``where`` holds (None: every row)."""
+    names = [f.names for _, f in files]
+    present = set().union(*names)
+    options = ", hive_partitioning = false"
+    if any(n != present for n in names):  # older files without some optional column
+        options += ", union_by_name = true"
+    listed = "[" + ", ".join(_text(p) for p, _ in files) + "]"
+    return (f"SELECT {_columns_sql(present)} FROM read_parquet({listed}{options})"
+            + (f" WHERE {where}" if where is not None else ""))
 
 
 def _in_range(path: str, window: TimeRange) -> bool:
@@ -215,24 +249,24 @@ def open_parquet(
     hive = _hive(files)
     kept = [f for f in files if _in_range(f, window)] if hive else files
     footers = [_check_schema(path) for path in kept]
-    names = [f.names for f in footers]
-    present = set().union(*names) if names else set(COLUMN_NAMES)
     # a list column is empty everywhere when every file lacks it or holds no element of it
     empty_lists = frozenset(c.name for c in COLUMNS if c.kind == "float_list" and footers and all(
         c.name not in f.names or c.name in f.empty_lists for f in footers))
+    # a file whose statistics put every arrival inside the range is read without the row filter (which would
+    # read the arrival column of every row, and keep them all)
+    inside = [not window.bounded or (f.arrivals is not None and window.holds(*f.arrivals)) for f in footers]
     con = _connect(memory_limit, temp_directory)
     try:
         if kept:
             # the partitions are pruned here, from the folder names: DuckDB reads the files kept, whose rows
             # hold every column (the folder names add nothing to read)
-            options = ", hive_partitioning = false"
-            if any(n != present for n in names):  # older files without some optional column
-                options += ", union_by_name = true"
-            listed = "[" + ", ".join(_text(f) for f in kept) + "]"
-            relation = f"read_parquet({listed}{options}) WHERE {window.condition()}"
+            parts = [_read_sql([(p, f) for p, f, i in zip(kept, footers, inside, strict=True) if i == whole],
+                               None if whole else window.condition())
+                     for whole in (True, False) if whole in inside]
+            view = " UNION ALL ".join(parts)
         else:
-            relation = "(SELECT 1) AS nothing WHERE FALSE"
-        con.execute(f"CREATE TEMP VIEW {SUMMARY_TABLE} AS SELECT {_columns_sql(present, bool(kept))} FROM {relation}")
+            view = f"SELECT {_columns_sql(set(), False)} FROM (SELECT 1) AS nothing WHERE FALSE"
+        con.execute(f"CREATE TEMP VIEW {SUMMARY_TABLE} AS {view}")
         _empty_meta(con)
     except duckdb.Error as exc:
         con.close()

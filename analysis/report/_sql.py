@@ -247,6 +247,22 @@ def _run_holistic(engine: Engine, source: str, keys: tuple[str, ...], rows: list
                 target.update({spec.alias: r[spec.alias] for spec in batch})
 
 
+def _run_main(engine: Engine, query: _Query, keys: tuple[str, ...], source: str, deferred: list[_Holistic],
+              inline: int) -> tuple[list[dict[str, Any]], list[_Holistic]]:
+    """The rows of the main aggregate ``query``, which also holds the first ``inline`` of the ``deferred`` exact
+    quantiles (as many as fit the budget however many values they read), and the quantiles left to compute. When
+    that runs out of memory all the same, the main aggregate runs again without them."""
+    if inline and deferred:
+        holding = _Query(list(query.inner), list(query.outer))
+        for spec in deferred[:inline]:
+            holding.add(spec.aggregate(), spec.alias)
+        try:
+            return engine.rows(holding.sql(keys, source)), deferred[inline:]
+        except duckdb.OutOfMemoryException:
+            pass
+    return engine.rows(query.sql(keys, source)), deferred
+
+
 def finite(value: Any) -> float | None:
     """``value`` as a float, or None when it is null, NaN or infinite."""
     if value is None:
@@ -323,6 +339,10 @@ def fetch_raw(
     4. only when some group has censored rows, Kaplan–Meier by the ranking method over the admitted
        rows of those groups, and of no other group (:func:`_censoring_aware`).
 
+    Under a memory budget (:attr:`Engine.holistic_budget_bytes`), when the exact quantiles of step 2 could
+    together exceed it, the main aggregate holds only as many as fit it even if every row held a value of each,
+    and the others run apart in as few queries as fit it (:func:`_run_holistic`).
+
     On an engine without the ``quantile_disc`` shortcut (ClickHouse), step 2 computes no inverse CDF and
     step 4 runs for every group with admitted rows (one array per group: see
     :func:`~llmslo.analysis.engines.km_quantiles_by_group_sql`).
@@ -342,12 +362,15 @@ def fetch_raw(
                                           strict=True)}
     present.update({k: False for k in _presence(d) if k not in probes})
     budget = engine.holistic_budget_bytes
+    inline = 0  # how many exact quantiles the main aggregate holds, when the others are deferred
     if budget is not None:
         # every exact quantile inside the main aggregate, unless together they could exceed the budget (an upper
-        # bound: every row holds a value of every one of them)
+        # bound: every row holds a value of every one of them); then as many as fit it at that bound
         (rows,) = engine.tuples(f"SELECT count(*) FROM {engine.summaries}")[0]
         if HOLISTIC_BYTES_PER_VALUE * int(rows) * (sum(present.values()) + 2) <= budget:
             budget = None
+        else:
+            inline = budget // (HOLISTIC_BYTES_PER_VALUE * int(rows))
 
     if on_progress:
         on_progress("aggregating")
@@ -439,15 +462,15 @@ def fetch_raw(
     else:
         filled.update({"so__n": 0, "so__q": None})
         q.outer += ["NULL AS __inverse_cdf_q", "0 AS __admitted_ttft"]
-    main = engine.rows(q.sql(keys, base))
+    main, rest = _run_main(engine, q, keys, base, deferred or [], inline)
     if check_arrivals:
         unplaceable = sum(int(row.pop("__unplaceable") or 0) for row in main)
         if unplaceable:
             stored_arrival_range(engine)  # raises ReportDataError naming the rows
-    if deferred is not None and budget is not None:
-        if on_progress:
+    if budget is not None:
+        if on_progress and rest:
             on_progress("exact quantiles")
-        _run_holistic(engine, base, keys, main, deferred, budget)
+        _run_holistic(engine, base, keys, main, rest, budget)
         if so_from_ttft:
             positions = [QUANTILES.index(sq) for sq in SURVIVOR_QUANTILES]
             for row in main:
