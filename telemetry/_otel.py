@@ -12,7 +12,10 @@ from its start; at its end ``gen_ai.response.model``, ``gen_ai.response.id``,
 ``gen_ai.response.finish_reasons``, ``gen_ai.usage.input_tokens``, ``gen_ai.usage.output_tokens``,
 ``error.type`` and an error status when the request ended in an error, see below) and ours under
 ``llmslo.*`` (request id, finish, reject and error reasons, the intervals in seconds, the four token counts,
-tenant and SLO class, version). Its phases become child spans ``llmslo.queue`` (arrival to scheduled),
+tenant and SLO class, version, the stream's backpressure: ``llmslo.stream_paused_s`` and
+``llmslo.stream_max_queued``, and the ITL gaps as a list of doubles, ``llmslo.itl_s``, when the telemetry
+records them): every column of the request's summary but the client's ``client_e2e_s``. Its phases become
+child spans ``llmslo.queue`` (arrival to scheduled),
 ``llmslo.prefill`` (scheduled to first token) and ``llmslo.decode`` (first to last token), created at the
 terminal state from the recorded timestamps: nothing is traced per token. Prompt and output text are never
 recorded unless ``redact_content`` is given; then every text passes that hook first, and only what it
@@ -285,12 +288,17 @@ class RequestTracing:
                 "llmslo.generated_tokens": row.get("generated_tokens") or 0,
                 "llmslo.sent_tokens": row.get("sent_tokens") or 0,
             }
-            for key in ("queue_s", "ttft_s", "e2e_s", "client_ttft_s"):
+            for key in ("queue_s", "ttft_s", "last_token_s", "e2e_s", "client_ttft_s", "stream_paused_s"):
                 value = row.get(key)
                 if isinstance(value, (int, float)):
                     attrs[f"llmslo.{key}"] = float(value)
             if tpot is not None:
                 attrs["llmslo.tpot_s"] = tpot
+            queued = row.get("stream_max_queued")
+            attrs["llmslo.stream_max_queued"] = queued if isinstance(queued, int) else 0
+            gaps = row.get("itl_s")
+            if isinstance(gaps, (list, tuple)) and gaps:  # only when the telemetry records ITL gaps
+                attrs["llmslo.itl_s"] = [float(g) for g in gaps]
             if row.get("reject_reason"):
                 attrs["llmslo.reject_reason"] = str(row["reject_reason"])
             if error_type is not None:

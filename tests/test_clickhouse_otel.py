@@ -37,7 +37,7 @@ from llmslo.analysis.store import (
     otel_traces_ddl,
 )
 from llmslo.analysis.store._clickhouse_otel import CARRIED, NOT_CARRIED
-from llmslo.telemetry import COLUMN_NAMES, COLUMNS, RequestTracing, Telemetry
+from llmslo.telemetry import COLUMN_NAMES, COLUMNS, RequestTracing, SendQueue, StreamPolicy, Telemetry
 from llmslo.tests._tools import need
 
 pytest.importorskip("opentelemetry.sdk")
@@ -213,7 +213,7 @@ class Traced:
                                                     phase_spans=phase_spans, server_address="llm.example.com",
                                                     server_port=443),
                              sink=self.summaries.append, version="v7", clock_ns=self.clock,
-                             clock_unix_s=self.clock.wall)
+                             clock_unix_s=self.clock.wall, record_itl=True)
 
     def serve(self) -> None:
         """Requests of every shape the lifecycle records (streamed, one token, a multi-token commit, speculative
@@ -277,9 +277,12 @@ class Traced:
         t.finish("deadline")
         t = tel.start("r09-backpressure", model="llama-3-8b", prompt_tokens=30)
         t.schedule()
+        queue: SendQueue[str] = SendQueue(t, StreamPolicy(capacity=8))
         for gap in (33_333_333, 8_888_889, 8_765_432, 9_012_345, 8_000_009):
             step(gap)
             t.commit()
+            queue.put("chunk")  # the transport takes none: the queue deepens to 5
+        t.stream_paused_ns += 4_321_987  # what SendQueue.wait_credit adds when the producer waited for credit
         t.send(3)
         step(123_457)
         t.finish("server_draining")
@@ -323,18 +326,18 @@ def _expected(summary: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _mismatches(want: dict[str, Any], got: dict[str, Any]) -> list[str]:
-    """Where a stored summary differs from the sink's: exact, but for three figures that the span holds
-    otherwise. ``arrival_unix_s`` is the span's start in ns, rounded from the arrival: within one float step.
-    ``last_token_s`` is rebuilt from TTFT and TPOT: within 1e-12 relative. The attribute figures (``ttft_s``,
-    ``queue_s``, ``client_ttft_s``) travel as Go's shortest text, which reads back exactly; ``e2e_s`` is the
-    span's duration in ns, exact too."""
+def _mismatches(want: dict[str, Any], got: dict[str, Any], rebuilt: bool = False) -> list[str]:
+    """Where a stored summary differs from the sink's: exact, but for ``arrival_unix_s``, the span's start in ns,
+    rounded from the arrival: within one float step. The attribute figures (``ttft_s``, ``last_token_s``, the
+    ITL gaps, ...) travel as Go's shortest text, which reads back exactly; ``e2e_s`` is the span's duration in
+    ns, exact too. ``rebuilt``: spans without ``llmslo.last_token_s`` (an older llmslo), whose last token the
+    view rebuilds from TTFT and TPOT: within 1e-12 relative."""
     out = []
     for name in COLUMN_NAMES:
         w, g = want[name], got[name]
         if name == "arrival_unix_s":
             ok = abs(w - g) <= math.ulp(w)
-        elif name == "last_token_s" and w is not None and g is not None:
+        elif rebuilt and name == "last_token_s" and w is not None and g is not None:
             ok = math.isclose(w, g, rel_tol=1e-12, abs_tol=0)
         else:
             ok = type(w) is type(g) and w == g
@@ -363,6 +366,31 @@ def test_request_spans_become_the_summaries_the_sink_got_field_by_field(store: C
     assert {(r["model"], r["version"]) for r in stored} == {("llama-3-8b", "v7"), ("mistral-7b", "v8")}
     assert any(r["client_ttft_s"] is not None for r in stored) and any(r["proposed_tokens"] > 0 for r in stored)
     assert any(r["sent_tokens"] < r["generated_tokens"] for r in stored)
+    assert any(len(r["itl_s"]) > 2 for r in stored) and any(r["stream_max_queued"] == 5 for r in stored)
+    assert any(r["stream_paused_s"] > 0 for r in stored)
+
+
+OLDER_ATTRIBUTES = ("llmslo.last_token_s", "llmslo.stream_paused_s", "llmslo.stream_max_queued", "llmslo.itl_s")
+"""The attributes the request spans of an older llmslo did not carry yet."""
+
+
+@pytest.mark.parametrize("phase_spans", [True, False])
+def test_spans_without_the_last_token_and_stream_attributes_still_give_their_summaries(
+        store: ClickHouseStore, phase_spans: bool) -> None:
+    traced = Traced(phase_spans=phase_spans)
+    traced.serve()
+    rows = [{**r, "SpanAttributes": {k: v for k, v in r["SpanAttributes"].items() if k not in OLDER_ATTRIBUTES}}
+            for r in traced.rows()]
+    insert_spans(store, rows)
+    stored = _stored(store)
+    want = sorted(({**_expected(s), "stream_paused_s": 0.0, "stream_max_queued": 0, "itl_s": []}
+                   for s in traced.summaries), key=lambda r: r["request_id"])
+    # the last token is rebuilt from TTFT and TPOT, or with phase_spans=False read from the decode end event
+    problems = [p for w, g in zip(want, stored, strict=True) for p in _mismatches(w, g, rebuilt=phase_spans)]
+    assert not problems, "\n".join(problems)
+    assert _rejected(store) == []
+    rebuilt = [r for r in stored if r["generated_tokens"] > 1]
+    assert rebuilt and all(r["last_token_s"] is not None for r in rebuilt)
 
 
 def test_phase_children_and_other_instrumentations_spans_give_no_summary(store: ClickHouseStore) -> None:
@@ -446,7 +474,15 @@ def _later(days: int) -> Any:
      "type: attribute llmslo.generated_tokens is missing or not an integer"),
     ("r03-one-commit", _with("llmslo.prompt_tokens", "12.5"), "type: attribute llmslo.prompt_tokens"),
     ("r01-stream", _without("llmslo.ttft_s"), "token_without_ttft:"),
-    ("r01-stream", _without("llmslo.tpot_s"), "ttft_last_token_mismatch:"),
+    ("r01-stream", _with("llmslo.last_token_s", "0.001"), "ttft_after_last_token:"),
+    ("r01-stream", _with("llmslo.last_token_s", "twelve"), "type: attribute llmslo.last_token_s is not a finite"),
+    ("r01-stream", _with("llmslo.itl_s", "[0.01,-0.5]"), "negative_itl:"),
+    ("r01-stream", _with("llmslo.itl_s", "[0.01,3000000]"), "interval_too_long: every itl_s gap"),
+    ("r01-stream", _with("llmslo.itl_s", '[0.01,"a"]'), "type: attribute llmslo.itl_s is not a list of numbers"),
+    ("r01-stream", _with("llmslo.itl_s", "json: unsupported value: NaN"), "type: attribute llmslo.itl_s"),
+    ("r09-backpressure", _with("llmslo.stream_max_queued", "2.5"),
+     "type: attribute llmslo.stream_max_queued is not an integer"),
+    ("r09-backpressure", _with("llmslo.stream_paused_s", "-1"), "negative: stream_paused_s must be >= 0"),
     ("r05-error", _with("llmslo.ttft_s", "json: unsupported value: +Inf"),
      "type: attribute llmslo.ttft_s is not a finite number"),
     ("r05-error", _with("llmslo.queue_s", "-0.5"), "negative: queue_s must be >= 0"),

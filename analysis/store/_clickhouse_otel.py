@@ -31,22 +31,26 @@ carry none and give no row. How each summary column is filled (see :data:`CARRIE
 * ``request_id``, ``model`` (``gen_ai.request.model``), ``version``, ``tenant_class``, ``finish_reason``,
   ``reject_reason``, ``error_type``, ``queue_s``, ``ttft_s``, ``client_ttft_s`` and the four token counts:
   the span's attributes (``llmslo.*``);
-* ``last_token_s``: the span carries no last-token time. Definitions.md defines ``tpot_s`` as
-  ``(last_token - first_token) / (generated_tokens - 1)``, so ``last_token_s = ttft_s + tpot_s *
-  (generated_tokens - 1)`` is that definition solved for it (equal to the summary's within float rounding,
-  a few units in the last place); a reply of one token has its last token at its first
-  (``last_token_s = ttft_s``); no first token, no last token (NULL). With ``phase_spans=False`` the span's
-  ``llmslo.decode.end`` event is the last token's own time and gives it to the nanosecond;
-* not in the span, so not carried (see :data:`NOT_CARRIED`): ``client_e2e_s`` (NULL), ``stream_paused_s``
-  and ``stream_max_queued`` (the contract's default for a source without them, ``0``), ``itl_s`` (none:
-  stored as the empty list, as the store stores every summary without gaps).
+* ``last_token_s``, ``stream_paused_s``, ``stream_max_queued``: their attributes (``llmslo.last_token_s``, ...);
+  ``itl_s``: the attribute ``llmslo.itl_s``, a list of doubles the telemetry puts on the span only when it
+  records ITL gaps (pdata writes a list as Go's JSON, read back with ``JSONExtract``); without it, no gaps
+  (stored as the empty list, as the store stores every summary without gaps);
+* spans of an older llmslo, without those attributes: ``stream_paused_s`` and ``stream_max_queued`` are the
+  contract's default ``0``, and ``last_token_s`` is rebuilt. With ``phase_spans=False`` the span's
+  ``llmslo.decode.end`` event is the last token's own time, to the nanosecond; otherwise definitions.md's
+  ``tpot_s = (last_token - first_token) / (generated_tokens - 1)`` solved for it, ``ttft_s + tpot_s *
+  (generated_tokens - 1)`` (equal within float rounding, a few units in the last place); a reply of one token
+  has its last token at its first (``last_token_s = ttft_s``); no first token, no last token (NULL);
+* not in the span (see :data:`NOT_CARRIED`): ``client_e2e_s``, a figure of the client's clock, NULL as in every
+  summary a server writes.
 
 Checks: a request span becomes a summary only if the row it gives keeps every rule the store's ingest
 checks (the contract's column rules, the plausible ranges and the cross-field :data:`~llmslo.telemetry.RULES`);
 otherwise the view writes nothing to the summaries and the second view records the span's ids, its
 ``llmslo.request_id`` and the first broken rule in :data:`OTEL_REJECTED_TABLE`: a required attribute missing
-(``llmslo.finish_reason``, a token count, ...), one that is no number, a first token without a
-``llmslo.ttft_s``, ... No span reaches the summaries as a row the contract forbids, and none is lost
+(``llmslo.finish_reason``, a token count, ...), one that is no number, ``llmslo.itl_s`` that is no list of
+numbers, a first token without a ``llmslo.ttft_s``, ... No span reaches the summaries as a row the contract
+forbids, and none is lost
 unrecorded. The views do not deduplicate: a batch the Collector inserts twice (a retried export) gives its
 summaries twice, as would a server sending both OTLP and the sink.
 """
@@ -127,19 +131,24 @@ _INTS: Mapping[str, str] = {c: f"llmslo.{c}" for c in
                             ("prompt_tokens", "proposed_tokens", "generated_tokens", "sent_tokens")}
 _TPOT = "llmslo.tpot_s"
 _DECODE_END = "llmslo.decode.end"
+_LAST_TOKEN = "llmslo.last_token_s"
+_PAUSED = "llmslo.stream_paused_s"
+_QUEUED = "llmslo.stream_max_queued"
+_ITL = "llmslo.itl_s"
 
 CARRIED: Mapping[str, str] = {
     **_STRINGS, **_FLOATS, **_INTS,
     "arrival_unix_s": "the span's start (Timestamp)",
     "e2e_s": "the span's Duration",
-    "last_token_s": f"{_FLOATS['ttft_s']} + {_TPOT} * (generated_tokens - 1), or the {_DECODE_END} event",
+    "last_token_s": f"{_LAST_TOKEN}; without it (spans of an older llmslo) the {_DECODE_END} event, or "
+                    f"{_FLOATS['ttft_s']} + {_TPOT} * (generated_tokens - 1)",
+    "stream_paused_s": f"{_PAUSED} (without it: 0, the contract's default)",
+    "stream_max_queued": f"{_QUEUED} (without it: 0, the contract's default)",
+    "itl_s": f"{_ITL}, a list of doubles, when the telemetry records ITL gaps (without it: [], no gaps)",
 }
 """Each summary column the span carries, and where it is read from."""
 NOT_CARRIED: Mapping[str, str] = {
-    "client_e2e_s": "NULL",
-    "stream_paused_s": "0 (the contract's default)",
-    "stream_max_queued": "0 (the contract's default)",
-    "itl_s": "[] (no gaps)",
+    "client_e2e_s": "NULL (a figure of the client's clock: a server's summaries have none either)",
 }
 """Each summary column the span does not carry, and what the view writes instead."""
 
@@ -172,16 +181,18 @@ def _float(key: str) -> str:
 
 
 def _last_token_sql() -> str:
-    """``last_token_s`` (see the module docstring): the decode end event inside the span, else from TTFT and TPOT."""
-    return ("multiIf(ttft_s IS NULL, NULL, decode_end_ns BETWEEN 0 AND Duration, decode_end_ns / 1e9, "
-            "generated_tokens = 1, ttft_s, generated_tokens > 1, ttft_s + tpot_s * (generated_tokens - 1), NULL)")
+    """``last_token_s`` (see the module docstring): its attribute; without it the decode end event inside the span,
+    else from TTFT and TPOT."""
+    return (f"multiIf({_has(_LAST_TOKEN)}, last_token_attr, ttft_s IS NULL, NULL, decode_end_ns BETWEEN 0 AND "
+            "Duration, decode_end_ns / 1e9, generated_tokens = 1, ttft_s, generated_tokens > 1, "
+            "ttft_s + tpot_s * (generated_tokens - 1), NULL)")
 
 
 def _helpers() -> dict[str, str]:
-    """Columns the summary columns are computed from: the TPOT attribute and the decode end event's offset
-    from the span's start (nanoseconds; NULL without the event)."""
+    """Columns the summary columns are computed from: the TPOT and last-token attributes and the decode end
+    event's offset from the span's start (nanoseconds; NULL without the event)."""
     event = f"indexOf(Events.Name, {_text(_DECODE_END)})"
-    return {"tpot_s": _float(_TPOT),
+    return {"tpot_s": _float(_TPOT), "last_token_attr": _float(_LAST_TOKEN),
             "decode_end_ns": f"if({event} > 0, toUnixTimestamp64Nano(Events.Timestamp[{event}]) - "
                              "toUnixTimestamp64Nano(Timestamp), NULL)"}
 
@@ -198,9 +209,9 @@ def _values() -> dict[str, str]:
     out["e2e_s"] = "toFloat64(Duration) / 1e9"
     out["last_token_s"] = _last_token_sql()
     out["client_e2e_s"] = "NULL"
-    out["stream_paused_s"] = "0.0"
-    out["stream_max_queued"] = "0"
-    out["itl_s"] = "CAST([], 'Array(Float64)')"
+    out["stream_paused_s"] = f"if({_has(_PAUSED)}, toFloat64OrNull({_attr(_PAUSED)}), 0.0)"
+    out["stream_max_queued"] = f"if({_has(_QUEUED)}, toInt64OrNull({_attr(_QUEUED)}), 0)"
+    out["itl_s"] = f"if({_has(_ITL)}, JSONExtract({_attr(_ITL)}, 'Array(Float64)'), CAST([], 'Array(Float64)'))"
     missing = [c.name for c in COLUMNS if c.name not in out]
     assert not missing, f"summary columns without a source in the span: {missing}"
     return out
@@ -213,12 +224,16 @@ def _checks() -> list[tuple[str, str]]:
     for column, key in _STRINGS.items():
         if column not in ("reject_reason", "error_type"):
             out.append((f"{column} = ''", f"missing: attribute {key} is missing or empty (summary column {column})"))
-    for column, key in _INTS.items():
-        what = "not an integer" if column == "proposed_tokens" else "missing or not an integer"
+    for column, key in {**_INTS, "stream_max_queued": _QUEUED}.items():
+        what = "not an integer" if column in ("proposed_tokens", "stream_max_queued") else "missing or not an integer"
         out.append((f"{column} IS NULL", f"type: attribute {key} is {what} (summary column {column})"))
-    for key in (*_FLOATS.values(), _TPOT):
+    for key in (*_FLOATS.values(), _TPOT, _LAST_TOKEN, _PAUSED):
         out.append((f"{_has(key)} AND NOT coalesce(isFinite(toFloat64OrNull({_attr(key)})), 0)",
                     f"type: attribute {key} is not a finite number"))
+    numbers = "('Int64', 'UInt64', 'Double')"
+    out.append((f"{_has(_ITL)} AND NOT (JSONType({_attr(_ITL)}) = 'Array' AND arrayAll(g -> JSONType(g) IN "
+                f"{numbers}, JSONExtractArrayRaw({_attr(_ITL)})))",
+                f"type: attribute {_ITL} is not a list of numbers (summary column itl_s)"))
     out.append((f"finish_reason NOT IN ({', '.join(map(_text, FINISH_REASONS))})",
                 f"not_allowed: attribute {_STRINGS['finish_reason']} must be one of: {', '.join(FINISH_REASONS)}"))
     out.append((f"reject_reason IS NOT NULL AND reject_reason NOT IN ({', '.join(map(_text, REJECT_REASONS))})",
@@ -232,9 +247,13 @@ def _checks() -> list[tuple[str, str]]:
         if column in INTERVAL_COLUMNS:
             out.append((f"coalesce({column} > {INTERVAL_MAX_S!r}, 0)",
                         f"interval_too_long: {column} must be at most {INTERVAL_MAX_S:,.0f} s (30 days)"))
+    out.append((f"arrayExists(g -> g > {INTERVAL_MAX_S!r}, itl_s)",
+                 f"interval_too_long: every itl_s gap must be at most {INTERVAL_MAX_S:,.0f} s (30 days)"))
     for rule in RULES:
-        if "itl_s" not in rule.sql:  # the span carries no gaps: that rule cannot be broken here
-            out.append((f"coalesce(({rule.sql}), 0)", f"{rule.name}: {rule.message}"))
+        # the one rule over the gaps is DuckDB's list SQL: ClickHouse writes it with its array functions
+        sql = "arrayExists(g -> NOT (isFinite(g) AND g >= 0), itl_s)" if rule.name == "negative_itl" else rule.sql
+        assert "itl_s" not in sql or rule.name == "negative_itl", f"rule {rule.name}: no ClickHouse form of its SQL"
+        out.append((f"coalesce(({sql}), 0)", f"{rule.name}: {rule.message}"))
     return out
 
 
