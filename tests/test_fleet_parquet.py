@@ -149,20 +149,24 @@ def test_files_whose_statistics_put_every_arrival_in_the_range_are_read_without_
     hour6 = tmp_path / "pq" / "date=2026-01-01" / "hour=06"
     pq.write_table(summary_table(strays[:10]), hour6 / "stray-stats.parquet")
     pq.write_table(summary_table(strays[10:]), hour6 / "stray-nostats.parquet", write_statistics=False)
+    # and one whose first row group lies inside the range, its second outside
+    late = [{**r, "request_id": "two-groups-" + r["request_id"]} for r in rows[120:125] + strays[:5]]
+    pq.write_table(summary_table(late), hour6 / "stray-two-groups.parquet", row_group_size=5)
     lo, hi = DAY + 5 * HOUR, rows[159]["arrival_unix_s"]  # hour 7's last arrival sits on the open end
     engine = open_parquet(str(tmp_path / "pq"), time_range=TimeRange(lo, hi))
     try:
         parts = _view_parts(engine)
         whole = sorted(Path(f).parent.name for f in parts[False].split("'") if f.endswith(".parquet"))
         assert whole == ["hour=05", "hour=06"]  # the sink's files of hours 5 and 6; hour 7 ends on the bound
-        assert "stray" not in parts[False] and "stray-stats" in parts[True] and "stray-nostats" in parts[True]
+        assert "stray" not in parts[False] and all(f"stray-{kind}" in parts[True] for kind in ("stats", "nostats",
+                                                                                            "two-groups"))
         got = build_report(engine, ReportSpec(GoodputPolicy())).to_dict()
     finally:
         engine.close()
-    inside = [r for r in rows if lo <= r["arrival_unix_s"] < hi]
+    inside = [r for r in rows + late if lo <= r["arrival_unix_s"] < hi]
     with _store(tmp_path / "s.duckdb", inside) as store:
         want = build_report(store.con, ReportSpec(GoodputPolicy())).to_dict()
-    assert differences(want, got) == [] and got["totals"]["attempted"] == len(inside) == 59
+    assert differences(want, got) == [] and got["totals"]["attempted"] == len(inside) == 59 + 5
     unbounded = open_parquet(str(tmp_path / "pq"))
     try:
         assert list(_view_parts(unbounded)) == [False]  # no range: no filter at all
