@@ -15,9 +15,9 @@ from its start; at its end ``gen_ai.response.model``, ``gen_ai.response.id``,
 tenant and SLO class, version, the stream's backpressure: ``llmslo.stream_paused_s`` and
 ``llmslo.stream_max_queued``, and the ITL gaps as a list of doubles, ``llmslo.itl_s``, when the telemetry
 records them): every column of the request's summary but the client's ``client_e2e_s``. Its phases become
-child spans ``llmslo.queue`` (arrival to scheduled),
-``llmslo.prefill`` (scheduled to first token) and ``llmslo.decode`` (first to last token), created at the
-terminal state from the recorded timestamps: nothing is traced per token. Prompt and output text are never
+child spans ``llmslo.queue`` (arrival to scheduled), ``llmslo.prefill`` (scheduled to first token) and
+``llmslo.decode`` (first to last token), created at the terminal state from the recorded timestamps: nothing
+is traced per token. Prompt and output text are never
 recorded unless ``redact_content`` is given; then every text passes that hook first, and only what it
 returns is recorded (``gen_ai.input.messages``, ``gen_ai.output.messages``).
 

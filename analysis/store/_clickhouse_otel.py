@@ -50,9 +50,8 @@ otherwise the view writes nothing to the summaries and the second view records t
 ``llmslo.request_id`` and the first broken rule in :data:`OTEL_REJECTED_TABLE`: a required attribute missing
 (``llmslo.finish_reason``, a token count, ...), one that is no number, ``llmslo.itl_s`` that is no list of
 numbers, a first token without a ``llmslo.ttft_s``, ... No span reaches the summaries as a row the contract
-forbids, and none is lost
-unrecorded. The views do not deduplicate: a batch the Collector inserts twice (a retried export) gives its
-summaries twice, as would a server sending both OTLP and the sink.
+forbids, and none is lost unrecorded. The views do not deduplicate: a batch the Collector inserts twice (a
+retried export) gives its summaries twice, as would a server sending both OTLP and the sink.
 """
 
 from __future__ import annotations
