@@ -17,9 +17,9 @@ tenant and SLO class, version, the stream's backpressure: ``llmslo.stream_paused
 records them): every column of the request's summary but the client's ``client_e2e_s``. Its phases become
 child spans ``llmslo.queue`` (arrival to scheduled), ``llmslo.prefill`` (scheduled to first token) and
 ``llmslo.decode`` (first to last token), created at the terminal state from the recorded timestamps: nothing
-is traced per token. Prompt and output text are never
-recorded unless ``redact_content`` is given; then every text passes that hook first, and only what it
-returns is recorded (``gen_ai.input.messages``, ``gen_ai.output.messages``).
+is traced per token. Prompt and output text are never recorded unless ``redact_content`` is given; then
+every text passes that hook first, and only what it returns is recorded (``gen_ai.input.messages``,
+``gen_ai.output.messages``).
 
 Metrics. The GenAI model-server instruments and the token usage, each with the attributes its convention
 defines: every one carries ``gen_ai.operation.name``, ``gen_ai.provider.name``, ``gen_ai.request.model`` and
