@@ -13,13 +13,13 @@ from its start; at its end ``gen_ai.response.model``, ``gen_ai.response.id``,
 ``error.type`` and an error status when the request ended in an error, see below) and ours under
 ``llmslo.*`` (request id, finish, reject and error reasons, the intervals in seconds, the four token counts,
 tenant and SLO class, version, the stream's backpressure: ``llmslo.stream_paused_s`` and
-``llmslo.stream_max_queued``, and the ITL gaps as a list of doubles, ``llmslo.itl_s``, when the telemetry
-records them): every column of the request's summary but the client's ``client_e2e_s``. Its phases become
-child spans ``llmslo.queue`` (arrival to scheduled), ``llmslo.prefill`` (scheduled to first token) and
-``llmslo.decode`` (first to last token), created at the terminal state from the recorded timestamps: nothing
-is traced per token. Prompt and output text are never recorded unless ``redact_content`` is given; then
-every text passes that hook first, and only what it returns is recorded (``gen_ai.input.messages``,
-``gen_ai.output.messages``).
+``llmslo.stream_max_queued``, and with ``itl_gaps=True`` the ITL gaps as a list of doubles, ``llmslo.itl_s``,
+when the telemetry records them): every column of the request's summary but the client's ``client_e2e_s``.
+Its phases become child spans ``llmslo.queue`` (arrival to scheduled), ``llmslo.prefill`` (scheduled to first
+token) and ``llmslo.decode`` (first to last token), created at the terminal state from the recorded
+timestamps: nothing is traced per token. Prompt and output text are never recorded unless ``redact_content``
+is given; then every text passes that hook first, and only what it returns is recorded
+(``gen_ai.input.messages``, ``gen_ai.output.messages``).
 
 Metrics. The GenAI model-server instruments and the token usage, each with the attributes its convention
 defines: every one carries ``gen_ai.operation.name``, ``gen_ai.provider.name``, ``gen_ai.request.model`` and
@@ -137,6 +137,10 @@ class RequestTracing:
       the address clients reach this server at (host name or IP, and TCP port 1-65535); left out when
       ``None``. A port needs the address.
     - ``phase_spans``: child spans for queue, prefill and decode (else span events at the same instants).
+    - ``itl_gaps``: also put the request's ITL gaps on its span (``llmslo.itl_s``, a list of doubles) when the
+      telemetry records them (``Telemetry(record_itl=True)``), so that summaries built from spans (the OTLP
+      route into ClickHouse) hold them too. Off by default: a list costs about 9 bytes of OTLP per token, and
+      some tracing backends truncate or drop large attributes.
     - ``metrics``: record the GenAI metric instruments. They are created when a :class:`Telemetry` takes
       this tracing, their bucket advisories merged with that telemetry's SLO thresholds (module docstring).
     - ``redact_content``: ``None`` (the default) never records prompt or output text; a hook enables
@@ -158,7 +162,7 @@ class RequestTracing:
     def __init__(self, *, tracer_provider: Any = None, meter_provider: Any = None, operation: str = "chat",
                  provider_name: str = DEFAULT_PROVIDER_NAME, server_address: str | None = None,
                  server_port: int | None = None, phase_spans: bool = True, metrics: bool = True,
-                 redact_content: ContentRedactor | None = None) -> None:
+                 redact_content: ContentRedactor | None = None, itl_gaps: bool = False) -> None:
         if not isinstance(operation, str) or not operation:
             raise ConfigurationError("RequestTracing.operation: must be a non-empty string, e.g. 'chat'")
         if not isinstance(provider_name, str) or not provider_name:
@@ -175,6 +179,8 @@ class RequestTracing:
                 raise ConfigurationError("RequestTracing.server_port: given without server_address; give both")
         if redact_content is not None and not callable(redact_content):
             raise ConfigurationError("RequestTracing.redact_content: must be callable(kind, text) or None")
+        if not isinstance(itl_gaps, bool):
+            raise ConfigurationError(f"RequestTracing.itl_gaps: must be True or False, got {itl_gaps!r}")
         trace, otel_metrics = _import_otel()
         from opentelemetry.trace import Status, StatusCode, set_span_in_context
 
@@ -187,6 +193,7 @@ class RequestTracing:
         self.server_address = server_address
         self.server_port = server_port
         self.phase_spans = phase_spans
+        self.itl_gaps = itl_gaps
         self.redact_content = redact_content
         self._tracer = trace.get_tracer("llmslo.telemetry", tracer_provider=tracer_provider)
         self._metrics = metrics
@@ -297,7 +304,7 @@ class RequestTracing:
             queued = row.get("stream_max_queued")
             attrs["llmslo.stream_max_queued"] = queued if isinstance(queued, int) else 0
             gaps = row.get("itl_s")
-            if isinstance(gaps, (list, tuple)) and gaps:  # only when the telemetry records ITL gaps
+            if self.itl_gaps and isinstance(gaps, (list, tuple)) and gaps:  # recorded only with record_itl
                 attrs["llmslo.itl_s"] = [float(g) for g in gaps]
             if row.get("reject_reason"):
                 attrs["llmslo.reject_reason"] = str(row["reject_reason"])

@@ -211,7 +211,7 @@ class Traced:
         self.summaries: list[dict[str, Any]] = []
         self.tel = Telemetry(tracing=RequestTracing(tracer_provider=self.provider, metrics=False,
                                                     phase_spans=phase_spans, server_address="llm.example.com",
-                                                    server_port=443),
+                                                    server_port=443, itl_gaps=True),
                              sink=self.summaries.append, version="v7", clock_ns=self.clock,
                              clock_unix_s=self.clock.wall, record_itl=True)
 

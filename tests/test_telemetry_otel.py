@@ -364,6 +364,7 @@ def test_a_tracing_shared_by_telemetries_with_other_slo_thresholds_raises_naming
     ({"server_address": "h", "server_port": 0}, "RequestTracing.server_port"),
     ({"server_address": "h", "server_port": "80"}, "RequestTracing.server_port"),
     ({"server_port": 80}, "RequestTracing.server_port"),
+    ({"itl_gaps": "yes"}, "RequestTracing.itl_gaps"),
 ])
 def test_tracing_configuration_errors_raise_naming_the_field(kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigurationError, match=field.replace(".", r"\.")):
@@ -408,6 +409,34 @@ def _in_memory(**kwargs: Any) -> tuple[Telemetry, RequestTracing, InMemorySpanEx
     tracing = RequestTracing(tracer_provider=provider, meter_provider=MeterProvider(metric_readers=[reader]),
                              **kwargs)
     return Telemetry(tracing=tracing), tracing, spans, reader
+
+
+@pytest.mark.parametrize("itl_gaps", [False, True])
+def test_the_request_span_carries_the_summarys_stream_figures_and_its_itl_gaps_only_when_asked(
+        itl_gaps: bool) -> None:
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    summaries: list[dict[str, Any]] = []
+    tel = Telemetry(tracing=RequestTracing(tracer_provider=provider, metrics=False, itl_gaps=itl_gaps),
+                    sink=summaries.append, record_itl=True)
+    t = tel.start("r1", model="m")
+    t.schedule()
+    for _ in range(4):
+        t.commit()
+    t.send(4)
+    t.finish("stop")
+    (summary,) = summaries
+    (span,) = [s for s in spans.get_finished_spans() if s.name == "chat m"]
+    attrs = dict(span.attributes or {})
+    assert attrs["llmslo.last_token_s"] == summary["last_token_s"]
+    assert attrs["llmslo.stream_paused_s"] == summary["stream_paused_s"] == 0.0
+    assert attrs["llmslo.stream_max_queued"] == summary["stream_max_queued"] == 0
+    assert len(summary["itl_s"]) == 3  # the telemetry records the gaps for its summaries either way
+    if itl_gaps:
+        assert list(attrs["llmslo.itl_s"]) == summary["itl_s"]
+    else:
+        assert "llmslo.itl_s" not in attrs  # a list per request only when asked: spans stay small
 
 
 def test_prompt_and_output_text_are_never_recorded_unless_a_redaction_hook_is_given() -> None:

@@ -32,8 +32,9 @@ carry none and give no row. How each summary column is filled (see :data:`CARRIE
   ``reject_reason``, ``error_type``, ``queue_s``, ``ttft_s``, ``client_ttft_s`` and the four token counts:
   the span's attributes (``llmslo.*``);
 * ``last_token_s``, ``stream_paused_s``, ``stream_max_queued``: their attributes (``llmslo.last_token_s``, ...);
-  ``itl_s``: the attribute ``llmslo.itl_s``, a list of doubles the telemetry puts on the span only when it
-  records ITL gaps (pdata writes a list as Go's JSON, read back with ``JSONExtract``); without it, no gaps
+  ``itl_s``: the attribute ``llmslo.itl_s``, a list of doubles the tracing puts on the span when the telemetry
+  records ITL gaps and ``RequestTracing(itl_gaps=True)`` asks for them (pdata writes a list as Go's JSON, read
+  back with ``JSONExtract``); without it, no gaps
   (stored as the empty list, as the store stores every summary without gaps);
 * spans of an older llmslo, without those attributes: ``stream_paused_s`` and ``stream_max_queued`` are the
   contract's default ``0``, and ``last_token_s`` is rebuilt. With ``phase_spans=False`` the span's
@@ -143,7 +144,7 @@ CARRIED: Mapping[str, str] = {
                     f"{_FLOATS['ttft_s']} + {_TPOT} * (generated_tokens - 1)",
     "stream_paused_s": f"{_PAUSED} (without it: 0, the contract's default)",
     "stream_max_queued": f"{_QUEUED} (without it: 0, the contract's default)",
-    "itl_s": f"{_ITL}, a list of doubles, when the telemetry records ITL gaps (without it: [], no gaps)",
+    "itl_s": f"{_ITL}, a list of doubles, with record_itl and itl_gaps=True (without it: [], no gaps)",
 }
 """Each summary column the span carries, and where it is read from."""
 NOT_CARRIED: Mapping[str, str] = {
