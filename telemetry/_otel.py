@@ -139,8 +139,8 @@ class RequestTracing:
     - ``phase_spans``: child spans for queue, prefill and decode (else span events at the same instants).
     - ``itl_gaps``: also put the request's ITL gaps on its span (``llmslo.itl_s``, a list of doubles) when the
       telemetry records them (``Telemetry(record_itl=True)``), so that summaries built from spans (the OTLP
-      route into ClickHouse) hold them too. Off by default: a list costs about 9 bytes of OTLP per token, and
-      some tracing backends truncate or drop large attributes.
+      route into ClickHouse) hold them too. Off by default: OTLP encodes each gap in 11 bytes (a double and
+      its framing), and some tracing backends truncate or drop large attributes.
     - ``metrics``: record the GenAI metric instruments. They are created when a :class:`Telemetry` takes
       this tracing, their bucket advisories merged with that telemetry's SLO thresholds (module docstring).
     - ``redact_content``: ``None`` (the default) never records prompt or output text; a hook enables
