@@ -126,40 +126,33 @@ class _Footer:
     count no null (Unix seconds); None when they prove nothing."""
 
 
+def _chunks(meta: pq.FileMetaData, name: str) -> list[list[pq.ColumnChunkMetaData]]:
+    """The column chunks of the column ``name`` (its leaves: one for a scalar, the element of a list), one list per
+    row group of the file."""
+    groups = (meta.row_group(g) for g in range(meta.num_row_groups))
+    return [[c for c in (group.column(i) for i in range(group.num_columns)) if c.path_in_schema.split(".")[0] == name]
+            for group in groups]
+
+
 def _empty_lists(meta: pq.FileMetaData, schema: pa.Schema) -> set[str]:
     """The list columns of a file whose every row group's statistics count as many nulls as leaf slots: no
     element anywhere (a row group without statistics proves nothing)."""
     lists = {f.name for f in schema if pa.types.is_list(f.type) or pa.types.is_large_list(f.type)}
-    out = set()
-    for name in lists:
-        empty = True
-        for g in range(meta.num_row_groups):
-            group = meta.row_group(g)
-            chunks = [group.column(i) for i in range(group.num_columns)
-                      if group.column(i).path_in_schema.split(".")[0] == name]
-            for chunk in chunks:
-                stats = chunk.statistics
-                if stats is None or not stats.has_null_count or stats.null_count != chunk.num_values:
-                    empty = False
-        if empty:
-            out.add(name)
-    return out
+    return {name for name in lists if all(
+        c.statistics is not None and c.statistics.has_null_count and c.statistics.null_count == c.num_values
+        for group in _chunks(meta, name) for c in group)}
 
 
 def _arrivals(meta: pq.FileMetaData) -> tuple[float, float] | None:
     """``(min, max)`` of ``arrival_unix_s`` over the row groups of a file by their statistics; None when a row
     group has no such statistics, counts a null, or the file has no row group."""
-    lo = hi = None
-    for g in range(meta.num_row_groups):
-        group = meta.row_group(g)
-        chunk = next((group.column(i) for i in range(group.num_columns)
-                      if group.column(i).path_in_schema == "arrival_unix_s"), None)
-        stats = chunk.statistics if chunk is not None else None
+    bounds = []
+    for group in _chunks(meta, "arrival_unix_s"):
+        stats = group[0].statistics if len(group) == 1 else None
         if stats is None or not stats.has_min_max or not stats.has_null_count or stats.null_count:
             return None
-        lo = float(stats.min) if lo is None else min(lo, float(stats.min))
-        hi = float(stats.max) if hi is None else max(hi, float(stats.max))
-    return None if lo is None or hi is None else (lo, hi)
+        bounds.append((float(stats.min), float(stats.max)))
+    return (min(lo for lo, _ in bounds), max(hi for _, hi in bounds)) if bounds else None
 
 
 def _check_schema(path: str) -> _Footer:
