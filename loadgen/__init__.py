@@ -56,9 +56,9 @@ from llmslo.loadgen._schedule import (
     synthetic_schedule,
     trace_schedule,
 )
-from llmslo.loadgen._sse import SseParser
 from llmslo.loadgen._stats import DEFINITIONS, BenchFigures, Dist, Goodput, bench_figures, render_table
 from llmslo.loadgen._target import ENDPOINTS, PromptBook, RequestShape, Target, Unreachable, probe
+from llmslo.telemetry._openai_stream import SseParser
 
 __all__ = [
     "ARRIVAL_KINDS",

@@ -42,37 +42,25 @@ from typing import Any
 import httpx
 
 from llmslo.loadgen._behaviour import RequestPlan
-from llmslo.loadgen._sse import SseParser, SseTooLarge
 from llmslo.telemetry import REJECT_REASONS
+from llmslo.telemetry._openai_stream import (
+    SseParser,
+    SseTooLarge,
+    bounded_text,
+    classify_finish,
+    read_event,
+    read_reply,
+)
 
 NS = 1_000_000_000
 MAX_ERROR_BODY_BYTES = 65_536
 """How much of a refusal's or an error's body is read, bytes (the rest is not needed to classify it)."""
 MAX_REPLY_BYTES = 64 * 1024 * 1024
 """The largest non-streamed reply read, bytes."""
-MAX_TEXT = 200
-"""Longest server-provided text kept in the attempts log (error types, messages, finish reasons), characters."""
-
 ERROR_TYPES: tuple[str, ...] = ("connect_error", "read_error", "stream_error", "truncated")
 """The client's error classes besides ``http_<status>``."""
 
-STOP_SYNONYMS: frozenset[str] = frozenset({
-    "stop", "eos", "eos_token", "stop_sequence", "end_turn", "tool_calls", "function_call", "content_filter",
-})
-"""Finish reasons servers send for a reply that ended normally before its limit; recorded as ``stop``."""
-LENGTH_SYNONYMS: frozenset[str] = frozenset({"length", "max_tokens", "model_length"})
-"""Finish reasons for a reply cut at its token limit; recorded as ``length``."""
-ABORT_REASONS: frozenset[str] = frozenset({"abort", "aborted", "error", "cancelled"})
-"""Finish reasons that say the server gave up on the request; recorded as ``error`` / ``stream_error``."""
-
-
-def _text(value: object) -> str:
-    """A server-provided value as bounded text for logs (shown literally by whoever prints it)."""
-    return (value if isinstance(value, str) else json.dumps(value, default=str))[:MAX_TEXT]
-
-
-def _count(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+_text = bounded_text
 
 
 @dataclass(slots=True)
@@ -115,6 +103,7 @@ class Attempt:
     reject_reason: str | None = None
     error_type: str | None = None
     unknown_finish: bool = False
+    saw_usage: bool = False
 
     # ---- what the summary row needs ------------------------------------------------------------------
 
@@ -150,90 +139,60 @@ class Attempt:
 
     def on_payload(self, payload: bytes, now_ns: int) -> bool:
         """Take one event's data; True when it was ``[DONE]`` (the stream is over)."""
-        if payload.strip() == b"[DONE]":
+        ev = read_event(payload)
+        if ev.done:
             self.saw_done = True
             return True
-        try:
-            obj = json.loads(payload)
-        except ValueError:
+        if ev.malformed:
             self.malformed_events += 1
             return False
-        if not isinstance(obj, dict):
-            self.malformed_events += 1
-            return False
-        err = obj.get("error")
-        if err is not None:
-            kind = err.get("type") if isinstance(err, dict) else None
+        if ev.error is not None:
             if self.server_error is None:
-                self.server_error = _text(kind if isinstance(kind, str) and kind else err)
+                self.server_error = ev.error
             if self.terminal is None:
                 self.terminal, self.terminal_ns = "error", now_ns
             return False
-        content = False
-        choices = obj.get("choices")
-        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-            choice = choices[0]
-            text = choice.get("text")
-            if text is None:
-                delta = choice.get("delta")
-                if isinstance(delta, dict):
-                    text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-            if isinstance(text, str) and text:
-                content = True
-                self.chunk_ns.append(now_ns)
-            reason = choice.get("finish_reason")
-            if isinstance(reason, str) and reason and self.server_finish_reason is None:
-                self.server_finish_reason = _text(reason)
-                if self.terminal is None:
-                    self.terminal, self.terminal_ns = "finish", now_ns
+        if ev.content:
+            self.chunk_ns.append(now_ns)
+        if ev.finish_reason is not None and self.server_finish_reason is None:
+            self.server_finish_reason = ev.finish_reason
+            if self.terminal is None:
+                self.terminal, self.terminal_ns = "finish", now_ns
         k = 0
-        usage = obj.get("usage")
-        if isinstance(usage, dict):
-            completion = _count(usage.get("completion_tokens"))
-            prompt = _count(usage.get("prompt_tokens"))
-            if prompt is not None:
-                self.usage_prompt_tokens = prompt
-            if completion is not None:
-                k = completion - (self.usage_completion_tokens or 0)
-                self.usage_completion_tokens = completion
-        if content:
+        if ev.has_usage:
+            self.saw_usage = True
+        if ev.prompt_tokens is not None:
+            self.usage_prompt_tokens = ev.prompt_tokens
+        if ev.completion_tokens is not None:
+            k = ev.completion_tokens - (self.usage_completion_tokens or 0)
+            self.usage_completion_tokens = ev.completion_tokens
+        if ev.content:
             if self.chunk_tokens is not None:
                 if k >= 1:
                     self.chunk_tokens.append(k)
                 else:
                     self.chunk_tokens = None
             self.tokens_read += k if k >= 1 else 1
-        reason = obj.get("drain_reason")
-        if reason is not None:
-            self.drain_reason = _text(reason)
+        if ev.drain_reason is not None:
+            self.drain_reason = ev.drain_reason
         return False
 
     def on_reply(self, body: bytes, now_ns: int) -> None:
         """Take a non-streamed reply (a JSON body with ``choices`` and ``usage``)."""
-        try:
-            obj = json.loads(body)
-        except ValueError:
+        ev = read_reply(body)
+        if ev.malformed:
             self.malformed_events += 1
             return
-        if not isinstance(obj, dict):
-            self.malformed_events += 1
-            return
-        err = obj.get("error")
-        if err is not None:
-            kind = err.get("type") if isinstance(err, dict) else None
-            self.server_error = _text(kind if isinstance(kind, str) and kind else err)
+        if ev.error is not None:
+            self.server_error = ev.error
             self.terminal, self.terminal_ns = "error", now_ns
             return
-        choices = obj.get("choices")
-        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-            reason = choices[0].get("finish_reason")
-            if isinstance(reason, str) and reason:
-                self.server_finish_reason = _text(reason)
-                self.terminal, self.terminal_ns = "finish", now_ns
-        usage = obj.get("usage")
-        if isinstance(usage, dict):
-            self.usage_completion_tokens = _count(usage.get("completion_tokens"))
-            self.usage_prompt_tokens = _count(usage.get("prompt_tokens"))
+        if ev.finish_reason is not None:
+            self.server_finish_reason = ev.finish_reason
+            self.terminal, self.terminal_ns = "finish", now_ns
+        self.saw_usage = ev.has_usage
+        self.usage_completion_tokens = ev.completion_tokens
+        self.usage_prompt_tokens = ev.prompt_tokens
         if self.usage_completion_tokens:  # a reply in one piece: its tokens arrived at once
             self.chunk_ns = [now_ns]
             self.chunk_tokens = [self.usage_completion_tokens]
@@ -281,17 +240,7 @@ class Attempt:
             self.finish_reason, self.error_type = "error", "stream_error"
 
     def _classify_finish(self, reason: str) -> None:
-        if reason in LENGTH_SYNONYMS:
-            self.finish_reason = "length"
-        elif reason == "server_draining":
-            self.finish_reason = "server_draining"
-        elif reason == "deadline":
-            self.finish_reason = "deadline"
-        elif reason in ABORT_REASONS:
-            self.finish_reason, self.error_type = "error", "stream_error"
-        else:
-            self.finish_reason = "stop"
-            self.unknown_finish = reason not in STOP_SYNONYMS
+        self.finish_reason, self.error_type, self.unknown_finish = classify_finish(reason)
 
 
 def _error_type_of(body: bytes | None) -> str | None:

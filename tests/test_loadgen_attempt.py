@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmslo.loadgen import Attempt, Identity, SseParser, attempt_row, token_weighted_gaps
-from llmslo.loadgen._sse import MAX_EVENT_BYTES, SseTooLarge
 from llmslo.telemetry import validate_summary
+from llmslo.telemetry._openai_stream import MAX_EVENT_BYTES, SseTooLarge
 
 MS = 1_000_000
 

@@ -1,0 +1,197 @@
+"""The one reader of OpenAI-compatible replies: what a first token, a chunk, ``usage`` and a finish reason are.
+
+The load generator, the ASGI middleware and the gateway all read replies through this module, so they agree
+on every definition:
+
+* :class:`SseParser` cuts a ``text/event-stream`` body (Server-Sent Events) into the ``data`` payloads of its
+  events as bytes arrive (several ``data:`` lines of one event joined with a line feed, as the SSE
+  specification says; comments, ``event:``, ``id:`` and ``retry:`` skipped; ``\\n``, ``\\r\\n`` or ``\\r`` line
+  ends split anywhere between two reads);
+* :func:`read_event` reads one payload (a streamed chunk) and :func:`read_reply` a whole non-streamed reply
+  into a :class:`ReplyEvent`: a **content chunk** is one whose first choice carries non-empty text
+  (``text``, or ``delta.content`` / ``reasoning_content`` / ``reasoning``); the first content chunk is the
+  first token; ``usage`` gives the prompt and completion tokens (cumulative where a server repeats it);
+  the first choice's ``finish_reason`` is the server's word for how the reply ended;
+* :func:`classify_finish` maps a server's finish reason onto ours (definitions.md).
+
+Anything a server sends is data, never a reason to raise. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+"""The longest event this parser holds before giving up (:class:`SseTooLarge`), bytes."""
+
+
+class SseTooLarge(ValueError):
+    """An event grew past :data:`MAX_EVENT_BYTES` without ending: not an event stream a server should send."""
+
+
+class SseParser:
+    """Feed bytes with :meth:`feed`; it returns the payloads of the events that completed."""
+
+    __slots__ = ("_buf", "_cr")
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._cr = False  # the previous read ended with a lone CR: a LF starting this one belongs to it
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The ``data`` payloads of every event completed by ``data`` (in order; may be empty)."""
+        if self._cr and data.startswith(b"\n"):
+            data = data[1:]
+        self._cr = data.endswith(b"\r")
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        buf = self._buf + data if self._buf else data
+        if b"\n\n" not in buf:
+            if len(buf) > MAX_EVENT_BYTES:
+                raise SseTooLarge(f"an event of more than {MAX_EVENT_BYTES} bytes")
+            self._buf = buf
+            return []
+        blocks = buf.split(b"\n\n")
+        self._buf = blocks.pop()
+        out: list[bytes] = []
+        for block in blocks:
+            if block.startswith(b"data: ") and b"\n" not in block:  # the usual shape: one data line
+                out.append(block[6:])
+                continue
+            payload = self._payload(block)
+            if payload is not None:
+                out.append(payload)
+        return out
+
+    @staticmethod
+    def _payload(block: bytes) -> bytes | None:
+        lines = []
+        for line in block.split(b"\n"):
+            if line.startswith(b"data:"):
+                value = line[5:]
+                lines.append(value[1:] if value.startswith(b" ") else value)
+        return b"\n".join(lines) if lines else None
+
+    @property
+    def pending(self) -> int:
+        """Bytes held of an event not yet complete."""
+        return len(self._buf)
+
+
+# ---- what one payload says -------------------------------------------------------------------------------
+
+MAX_TEXT = 200
+"""Longest server-provided text kept from a reply (error types, finish reasons), characters."""
+
+STOP_SYNONYMS: frozenset[str] = frozenset({
+    "stop", "eos", "eos_token", "stop_sequence", "end_turn", "tool_calls", "function_call", "content_filter",
+})
+"""Finish reasons servers send for a reply that ended normally before its limit; recorded as ``stop``."""
+LENGTH_SYNONYMS: frozenset[str] = frozenset({"length", "max_tokens", "model_length"})
+"""Finish reasons for a reply cut at its token limit; recorded as ``length``."""
+ABORT_REASONS: frozenset[str] = frozenset({"abort", "aborted", "error", "cancelled"})
+"""Finish reasons that say the server gave up on the request; recorded as ``error`` / ``stream_error``."""
+
+
+def bounded_text(value: object) -> str:
+    """A server-provided value as bounded text (at most :data:`MAX_TEXT` characters), shown literally by
+    whoever prints it."""
+    return (value if isinstance(value, str) else json.dumps(value, default=str))[:MAX_TEXT]
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyEvent:
+    """What one streamed payload (or one whole reply) says.
+
+    ``done``: the ``[DONE]`` sentinel; ``malformed``: not a JSON object; ``content``: the first choice carries
+    non-empty text (a content chunk); ``finish_reason``: the first choice's, as the server wrote it (bounded);
+    ``prompt_tokens`` / ``completion_tokens``: from ``usage`` (None where absent or not a count);
+    ``has_usage``: a ``usage`` object was present; ``error``: an ``error`` object's ``type`` (else the error
+    as text); ``drain_reason``: llmslo's own ``drain_reason`` field.
+    """
+
+    done: bool = False
+    malformed: bool = False
+    content: bool = False
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    has_usage: bool = False
+    error: str | None = None
+    drain_reason: str | None = None
+
+
+DONE = ReplyEvent(done=True)
+MALFORMED = ReplyEvent(malformed=True)
+
+
+def read_event(payload: bytes) -> ReplyEvent:
+    """One SSE ``data`` payload of a streamed completion or chat completion."""
+    if payload.strip() == b"[DONE]":
+        return DONE
+    try:
+        obj = json.loads(payload)
+    except ValueError:
+        return MALFORMED
+    if not isinstance(obj, dict):
+        return MALFORMED
+    return _read_object(obj, streamed=True)
+
+
+def read_reply(body: bytes) -> ReplyEvent:
+    """A whole non-streamed reply (a JSON body with ``choices`` and ``usage``); ``content`` is true when its
+    first choice carries text."""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return MALFORMED
+    if not isinstance(obj, dict):
+        return MALFORMED
+    return _read_object(obj, streamed=False)
+
+
+def _read_object(obj: dict[str, object], streamed: bool) -> ReplyEvent:
+    err = obj.get("error")
+    if err is not None:
+        kind = err.get("type") if isinstance(err, dict) else None
+        return ReplyEvent(error=bounded_text(kind if isinstance(kind, str) and kind else err))
+    content = False
+    finish: str | None = None
+    choices = obj.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        choice = choices[0]
+        text = choice.get("text")
+        if text is None:
+            part = choice.get("delta" if streamed else "message")
+            if isinstance(part, dict):
+                text = part.get("content") or part.get("reasoning_content") or part.get("reasoning")
+        content = isinstance(text, str) and bool(text)
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str) and reason:
+            finish = bounded_text(reason)
+    prompt = completion = None
+    usage = obj.get("usage")
+    has_usage = isinstance(usage, dict)
+    if isinstance(usage, dict):
+        prompt, completion = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+    drain = obj.get("drain_reason")
+    return ReplyEvent(content=content, finish_reason=finish, prompt_tokens=prompt, completion_tokens=completion,
+                      has_usage=has_usage, drain_reason=None if drain is None else bounded_text(drain))
+
+
+def classify_finish(reason: str) -> tuple[str, str | None, bool]:
+    """A server's finish reason as ``(finish_reason, error_type, unknown)`` of ours: length synonyms are
+    ``length``; ``server_draining`` and ``deadline`` keep their names; an abort is ``error`` /
+    ``stream_error``; anything else is ``stop`` (``unknown`` true when it is not a known stop synonym)."""
+    if reason in LENGTH_SYNONYMS:
+        return "length", None, False
+    if reason in ("server_draining", "deadline"):
+        return reason, None, False
+    if reason in ABORT_REASONS:
+        return "error", "stream_error", False
+    return "stop", None, reason not in STOP_SYNONYMS
