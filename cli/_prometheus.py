@@ -8,11 +8,8 @@ scraped over OpenMetrics can be read back (``/api/v1/query_exemplars``). Stopped
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -24,6 +21,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from llmslo.ops import free_port, stop_process
+
 __all__ = ["Prometheus", "PrometheusError", "free_port", "running_prometheus", "stop_process"]
 
 STARTUP_TIMEOUT_S = 20.0
@@ -32,13 +31,6 @@ STARTUP_TIMEOUT_S = 20.0
 
 class PrometheusError(RuntimeError):
     """Prometheus is missing, did not start, or answered an API call with an error."""
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 at the time of the call."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -145,14 +137,3 @@ def running_prometheus(folder: Path, targets: Sequence[str], *, job: str, rule_f
         yield prometheus
     finally:
         stop_process(process)
-
-
-def stop_process(process: subprocess.Popen[Any], timeout_s: float = 10.0) -> None:
-    """SIGTERM ``process`` (by its pid), then SIGKILL after ``timeout_s``; waits for it."""
-    if process.poll() is None:
-        os.kill(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait(timeout=timeout_s)

@@ -1,0 +1,39 @@
+"""Running the processes of live runs: real engines (llama.cpp's ``llama-server``), stopped by their process id.
+
+Shared by the demos, the tests and (later) ``llmslo rollout run``; every address is on 127.0.0.1 and every
+wait is bounded. Standard library only.
+
+* :func:`running_llama_server` starts llama.cpp's ``llama-server`` on a free port with a GGUF model, waits
+  for ``/health``, and stops it by its process id on the way out;
+* :func:`find_llama_server` / :func:`find_model` say where the binary and the model are (the cache that
+  ``.ci/build-llama-server`` fills, or ``LLMSLO_LLAMA_SERVER`` / ``LLMSLO_MODEL``), and
+  :class:`EngineNotFound` how to get them;
+* :func:`free_port` and :func:`stop_process` are the two process primitives every live run uses.
+"""
+
+from __future__ import annotations
+
+from llmslo.ops._llamacpp import (
+    LLAMA_SERVER_VERSION,
+    MODEL_FILE,
+    EngineNotFound,
+    LlamaServer,
+    engine_cache,
+    find_llama_server,
+    find_model,
+    running_llama_server,
+)
+from llmslo.ops._process import free_port, stop_process
+
+__all__ = [
+    "EngineNotFound",
+    "LLAMA_SERVER_VERSION",
+    "LlamaServer",
+    "MODEL_FILE",
+    "engine_cache",
+    "find_llama_server",
+    "find_model",
+    "free_port",
+    "running_llama_server",
+    "stop_process",
+]
