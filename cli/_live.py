@@ -38,7 +38,7 @@ from llmslo.cli._processes import (
     terminate,
     wait_exits,
 )
-from llmslo.cli._prometheus import Prometheus, PrometheusError, running_prometheus
+from llmslo.ops import Prometheus, PrometheusError, running_prometheus
 
 if TYPE_CHECKING:
     from rich.console import Console

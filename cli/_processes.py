@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from llmslo.cli._prometheus import stop_process
+from llmslo.ops import stop_process
 from llmslo.telemetry import LlmsloError
 
 __all__ = [

@@ -8,6 +8,8 @@ wait is bounded. Standard library only.
 * :func:`find_llama_server` / :func:`find_model` say where the binary and the model are (the cache that
   ``.ci/build-llama-server`` fills, or ``LLMSLO_LLAMA_SERVER`` / ``LLMSLO_MODEL``), and
   :class:`EngineNotFound` how to get them;
+* :func:`running_prometheus` runs Debian's Prometheus scraping given targets with given rule files, and
+  :class:`Prometheus` queries it;
 * :func:`free_port` and :func:`stop_process` are the two process primitives every live run uses.
 """
 
@@ -24,16 +26,20 @@ from llmslo.ops._llamacpp import (
     running_llama_server,
 )
 from llmslo.ops._process import free_port, stop_process
+from llmslo.ops._prometheus import Prometheus, PrometheusError, running_prometheus
 
 __all__ = [
     "EngineNotFound",
     "LLAMA_SERVER_VERSION",
     "LlamaServer",
     "MODEL_FILE",
+    "Prometheus",
+    "PrometheusError",
     "engine_cache",
     "find_llama_server",
     "find_model",
     "free_port",
     "running_llama_server",
+    "running_prometheus",
     "stop_process",
 ]

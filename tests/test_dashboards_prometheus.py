@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from llmslo.cli._prometheus import Prometheus, PrometheusError, running_prometheus
 from llmslo.controls import AdmissionQueue, CircuitBreaker
 from llmslo.dashboards import panel_queries, variable_queries
+from llmslo.ops._prometheus import Prometheus, PrometheusError, running_prometheus
 from llmslo.rules import render
 from llmslo.telemetry import GpuSampler, MetricsServer, SendQueue, SloPolicy, StreamPolicy, Telemetry
 from llmslo.tests._dashboards import LABEL_VALUES, example_model, generated

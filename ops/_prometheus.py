@@ -1,4 +1,4 @@
-"""A Prometheus process for the live demo (and the tests): started on 127.0.0.1, queried over its HTTP API.
+"""A Prometheus process for the live runs and the tests: started on 127.0.0.1, queried over its HTTP API.
 
 Debian's ``prometheus`` package (2.42 here) is enough. The storage path is a folder the caller owns (the
 demo's work folder, a test's temporary folder); exemplar storage is on, so the ``request_id`` exemplars
@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from llmslo.ops import free_port, stop_process
+from llmslo.ops._process import free_port, stop_process
 
 __all__ = ["Prometheus", "PrometheusError", "free_port", "running_prometheus", "stop_process"]
 
