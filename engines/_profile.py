@@ -40,6 +40,10 @@ CONCEPTS: Mapping[str, str] = {
 }
 """Every concept a profile may map, with what it means."""
 
+EXTRA = "extra"
+"""The ``concept`` of a series an engine has beyond :data:`CONCEPTS` (listed so that scrape knows its type and
+whether it is a high-water mark; :meth:`EngineProfile.get` never returns one)."""
+
 
 @dataclass(frozen=True)
 class Series:
@@ -53,6 +57,10 @@ class Series:
     ``difference``: how its definition differs from ours (empty when it agrees). ``finish_label``: the label
     holding the finish reason, where there is one. ``high_water``: a high-water mark (never shown as a rate,
     whatever its type says). ``source``: ``repository@version:path`` where this was read.
+    ``finish_values``: the values the engine puts in ``finish_label`` (as its source spells them).
+    ``deprecated``: for an older name the engine still exports (or exported) beside the current one, which
+    one replaced it and since when; a deprecated series shares its concept with the current series and
+    :meth:`EngineProfile.get` prefers the current one. ``what``: for an ``extra`` series, what it measures.
     """
 
     concept: str
@@ -66,6 +74,19 @@ class Series:
     finish_label: str | None = None
     high_water: bool = False
     source: str = ""
+    finish_values: tuple[str, ...] = ()
+    deprecated: str = ""
+    what: str = ""
+
+    @property
+    def sample_names(self) -> tuple[str, ...]:
+        """The sample names the series appears under in an exposition (a histogram's ``_bucket``, ``_sum``,
+        ``_count``; a summary's ``_sum``, ``_count`` and the family; otherwise its name)."""
+        if self.type == "histogram":
+            return tuple(f"{self.name}{s}" for s in ("_bucket", "_sum", "_count"))
+        if self.type == "summary":
+            return (self.name, f"{self.name}_sum", f"{self.name}_count")
+        return (self.name,)
 
 
 @dataclass(frozen=True)
@@ -87,8 +108,28 @@ class EngineProfile:
     notes: tuple[str, ...] = ()
 
     def get(self, concept: str) -> Series | None:
-        """The series measuring ``concept``, else None (see :attr:`lacks` for why)."""
+        """The series measuring ``concept``, else None (see :attr:`lacks` for why).
+
+        The current series wins over a deprecated one of the same concept; ``extra`` series are never returned.
+        """
+        if concept == EXTRA:
+            return None
+        found = [s for s in self.series if s.concept == concept]
+        current = [s for s in found if not s.deprecated]
+        return (current or found or [None])[0]
+
+    def by_name(self, name: str) -> Series | None:
+        """The series whose PromQL name is ``name`` (a histogram's family name also matches its
+        ``_bucket``/``_sum``/``_count`` samples), else None."""
         for s in self.series:
-            if s.concept == concept:
+            if name == s.name or name in s.sample_names:
                 return s
         return None
+
+    def extras(self) -> tuple[Series, ...]:
+        """The series beyond :data:`CONCEPTS` (concept :data:`EXTRA`)."""
+        return tuple(s for s in self.series if s.concept == EXTRA)
+
+    def mapped(self) -> tuple[Series, ...]:
+        """The series that measure one of :data:`CONCEPTS` (deprecated names included)."""
+        return tuple(s for s in self.series if s.concept != EXTRA)
