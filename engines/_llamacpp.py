@@ -63,6 +63,7 @@ LLAMACPP = EngineProfile(
                source=_SRC, what="average busy slots per llama_decode() call since start"),
     ),
     lacks={
+        "requests_received": f"no request counter at all; {_FRONT}",
         "ttft_s": f"no latency histogram at all; {_FRONT}",
         "tpot_s": f"no latency histogram at all; {_FRONT}",
         "itl_s": f"no latency histogram at all; {_FRONT}",

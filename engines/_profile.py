@@ -32,6 +32,7 @@ CONCEPTS: Mapping[str, str] = {
     "prompt_tokens": "prompt tokens processed",
     "prompt_tokens_cached": "prompt tokens served from a prefix cache",
     "generated_tokens": "output tokens generated",
+    "requests_received": "requests received (counted on arrival, before any outcome)",
     "requests_finished": "requests finished (with a finish-reason label where the engine has one)",
     "requests_succeeded": "requests that finished successfully",
     "requests_failed": "requests that failed",

@@ -98,6 +98,7 @@ VLLM = EngineProfile(
                what="the cache configuration as labels (value 1)"),
     ),
     lacks={
+        "requests_received": "no counter at arrival: requests are counted when they finish",
         "requests_succeeded": "no counter of successes alone: sum vllm:request_success_total over "
                               "finished_reason=~\"stop|length\"",
         "requests_failed": f"no counter of failed requests (finished_reason=\"error\" only for retryable "
