@@ -5,8 +5,8 @@ wait is bounded. Standard library only.
 
 * :func:`running_llama_server` starts llama.cpp's ``llama-server`` on a free port with a GGUF model, waits
   for ``/health``, and stops it by its process id on the way out;
-* :func:`find_llama_server` / :func:`find_model` say where the binary and the model are (the cache that
-  ``.ci/build-llama-server`` fills, or ``LLMSLO_LLAMA_SERVER`` / ``LLMSLO_MODEL``), and
+* :func:`locate_engine` (:func:`find_llama_server`, :func:`find_model`) says where the binary and the model
+  are (the cache that ``.ci/build-llama-server`` fills, or ``LLMSLO_LLAMA_SERVER`` / ``LLMSLO_MODEL``), and
   :class:`EngineNotFound` how to get them;
 * :func:`running_prometheus` runs Debian's Prometheus scraping given targets with given rule files, and
   :class:`Prometheus` queries it;
@@ -23,6 +23,7 @@ from llmslo.ops._llamacpp import (
     engine_cache,
     find_llama_server,
     find_model,
+    locate_engine,
     running_llama_server,
 )
 from llmslo.ops._process import free_port, stop_process
@@ -39,6 +40,7 @@ __all__ = [
     "find_llama_server",
     "find_model",
     "free_port",
+    "locate_engine",
     "running_llama_server",
     "running_prometheus",
     "stop_process",

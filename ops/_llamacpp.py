@@ -69,6 +69,20 @@ def find_model() -> Path | None:
     return cached if cached.is_file() else None
 
 
+def locate_engine(binary: Path | None = None, model: Path | None = None) -> tuple[Path, Path]:
+    """The ``llama-server`` binary and the GGUF model to run (those given, else found):
+    :class:`EngineNotFound`, saying how to get them, when either is missing."""
+    binary = binary or find_llama_server()
+    if binary is None or not binary.is_file():
+        raise EngineNotFound(f"llama-server is not on this machine{f' ({binary} is no file)' if binary else ''}: "
+                             f"{_HOW}, or set LLMSLO_LLAMA_SERVER to the binary")
+    model = model or find_model()
+    if model is None or not model.is_file():
+        raise EngineNotFound(f"the model {model or MODEL_FILE} is not on this machine: {_HOW}, "
+                             "or set LLMSLO_MODEL to a GGUF file")
+    return binary, model
+
+
 @dataclass(frozen=True)
 class LlamaServer:
     """A running ``llama-server``: its base URL (``http://127.0.0.1:PORT``), process, log, slots and model."""
@@ -97,13 +111,7 @@ def running_llama_server(folder: Path, *, parallel: int = 4, context_tokens: int
     Its log is ``folder/llama-server.log``. :class:`EngineNotFound` when the binary or the model is missing;
     :class:`LlmsloError` when it exits or is not healthy within ``health_timeout_s``.
     """
-    binary = binary or find_llama_server()
-    if binary is None:
-        raise EngineNotFound(f"llama-server is not on this machine: {_HOW}, or set LLMSLO_LLAMA_SERVER")
-    model = model or find_model()
-    if model is None or not model.is_file():
-        raise EngineNotFound(f"the model {model or MODEL_FILE} is not on this machine: {_HOW}, "
-                             "or set LLMSLO_MODEL to a GGUF file")
+    binary, model = locate_engine(binary, model)
     if parallel < 1 or context_tokens < 64 * parallel:
         raise ValueError(f"parallel must be >= 1 and context_tokens >= 64 per slot, got {parallel}, {context_tokens}")
     folder.mkdir(parents=True, exist_ok=True)
