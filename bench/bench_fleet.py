@@ -17,7 +17,7 @@ by ``bench_report.RUNNER``), medians of ``--repeat`` paired runs, order alternat
    fails).
 2. Scaling: the same report at each of ``--sizes`` (default 1M, 10M and ``--rows``): time and peak RSS, and
    time per million rows (linear or better: it does not grow with N).
-3. chdb: ``llmslo report --engine clickhouse --url chdb://…`` over ``--chdb-rows`` (default 10M) beside
+3. chdb: ``llmslo report --database clickhouse --url chdb://…`` over ``--chdb-rows`` (default 10M) beside
    ``llmslo report --db`` over a DuckDB store of the same rows (both built by a bare insert of the same Arrow
    batches, not timed).
 
@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llmslo.analysis.engines import parse_memory_limit
+from llmslo.analysis.databases import parse_memory_limit
 from llmslo.analysis.store import SUMMARY_TABLE, ClickHouseStore, ParquetSummaryWriter, Store
 from llmslo.bench._data import START_UNIX_S, synthetic_batches, synthetic_summaries
 from llmslo.bench._util import median, table
@@ -147,7 +147,7 @@ def out_of_core(data: Path, tmp: Path, rows: int, limit: str, repeat: int) -> di
 
 def chdb_figure(db: Path, ch: Path, tmp: Path, repeat: int) -> dict[str, Any]:
     sides = {"duckdb": cli("report", "--db", str(db), "--by", KEYS, "--json", "--no-progress"),
-             "chdb": cli("report", "--engine", "clickhouse", "--url", f"chdb://{ch}", "--by", KEYS, "--json",
+             "chdb": cli("report", "--database", "clickhouse", "--url", f"chdb://{ch}", "--by", KEYS, "--json",
                          "--no-progress")}
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in sides}
     outputs = {k: tmp / f"{k}.json" for k in sides}
@@ -236,8 +236,8 @@ def render(f: dict[str, Any]) -> str:
         b = c["built"]
         out += ["", f"3. the same report on chdb (embedded ClickHouse) and on a DuckDB store, same rows "
                 f"(stores: DuckDB {b['duckdb_mib']:.0f} MiB, chdb {b['chdb_mib']:.0f} MiB)",
-                table(["engine", "s", "peak MiB"], [["duckdb (--db)", _med(d, "seconds"), _med(d, "peak_rss_mb")],
-                                                   ["chdb (--engine clickhouse)", _med(h, "seconds"),
+                table(["database", "s", "peak MiB"], [["duckdb (--db)", _med(d, "seconds"), _med(d, "peak_rss_mb")],
+                                                   ["chdb (--database clickhouse)", _med(h, "seconds"),
                                                     _med(h, "peak_rss_mb")]])]
     for name, problems in f["verification"].items():
         out.append(f"verification {name}: {'EQUAL' if not problems else f'{len(problems)} DIFFERENCES'}")

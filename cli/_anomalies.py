@@ -1,8 +1,8 @@
 """``llmslo anomalies``: distribution changes of latency in the store, against a baseline.
 
-Also what ``report`` and ``anomalies`` share to choose where the summaries are read (:func:`opened_engine`):
+Also what ``report`` and ``anomalies`` share to choose where the summaries are read (:func:`opened_database`):
 a DuckDB store (``--db``), the sink's Parquet files (``--source``, out of core under ``--memory-limit``) or a
-ClickHouse store (``--engine clickhouse --url``), each restricted to ``--from``/``--to``, and the progress
+ClickHouse store (``--database clickhouse --url``), each restricted to ``--from``/``--to``, and the progress
 bar of a long query (:class:`QueryProgress`).
 """
 
@@ -31,32 +31,37 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from llmslo.analysis.anomaly import AnomalyReport, TighteningSignal
-    from llmslo.analysis.engines import Engine
+    from llmslo.analysis.databases import Database
 
 __all__ = [
-    "ENGINES",
+    "DATABASES",
     "DbOption",
-    "EngineOption",
+    "DatabaseOption",
     "FromOption",
     "MemoryLimitOption",
     "QueryProgress",
+    "RenamedEngineOption",
     "SourceOption",
     "ToOption",
     "UrlOption",
     "anomalies_command",
-    "opened_engine",
+    "opened_database",
+    "refuse_renamed_engine",
 ]
 
-ENGINES: tuple[str, ...] = ("duckdb", "clickhouse")
-"""What ``--engine`` accepts."""
+DATABASES: tuple[str, ...] = ("duckdb", "clickhouse")
+"""What ``--database`` accepts."""
 
 DbOption = Annotated[Path | None, typer.Option(
-    "--db", help="DuckDB store file (or --source, or --engine clickhouse --url).", show_default=False)]
-EngineOption = Annotated[str, typer.Option(
-    "--engine", help="Where the summaries are: duckdb (a store file, --db, or Parquet files, --source) or "
+    "--db", help="DuckDB store file (or --source, or --database clickhouse --url).", show_default=False)]
+DatabaseOption = Annotated[str, typer.Option(
+    "--database", help="Where the summaries are: duckdb (a store file, --db, or Parquet files, --source) or "
     "clickhouse (--url).")]
+RenamedEngineOption = Annotated[str | None, typer.Option(
+    "--engine", hidden=True, help="Renamed --database (--engine names an inference engine).", show_default=False)]
+"""The storage option's old spelling, kept only to refuse it with the new one (:func:`refuse_renamed_engine`)."""
 UrlOption = Annotated[str | None, typer.Option(
-    "--url", help="ClickHouse store (with --engine clickhouse): chdb:///FOLDER (embedded ClickHouse, the chdb "
+    "--url", help="ClickHouse store (with --database clickhouse): chdb:///FOLDER (embedded ClickHouse, the chdb "
     "package) or http://[USER:PASSWORD@]HOST:8123 (a server), plus ?database=NAME (default llmslo).",
     show_default=False)]
 SourceOption = Annotated[str | None, typer.Option(
@@ -73,39 +78,47 @@ ToOption = Annotated[str | None, typer.Option(
     "--to", help="Only requests that arrived before this time: Unix seconds or ISO 8601.", show_default=False)]
 
 
+def refuse_renamed_engine(value: str | None) -> None:
+    """Exit 2 when the old ``--engine duckdb|clickhouse`` was given, naming ``--database``, its new spelling."""
+    if value is not None:
+        raise _fail(f"--engine {value}: the store option is now --database (--database {value}); --engine names "
+                    "an inference engine (vllm, sglang, tgi, llamacpp, trtllm) on `rules generate` and "
+                    "`dashboards generate`", EXIT_USAGE)
+
+
 @contextmanager
-def opened_engine(
+def opened_database(
     db: Path | None,
-    engine: str,
+    database: str,
     url: str | None,
     source: str | None,
     memory_limit: str | None,
     from_time: str | None,
     to_time: str | None,
-) -> Iterator[Engine]:
-    """The engine the options name, open for the ``with`` block (closed after it).
+) -> Iterator[Database]:
+    """The database the options name, open for the ``with`` block (closed after it).
 
-    Options that do not go together (a second source, ``--url`` without ``--engine clickhouse``, a memory
+    Options that do not go together (a second source, ``--url`` without ``--database clickhouse``, a memory
     limit for ClickHouse) and bad values exit 2 naming the option; a store or files that cannot be read
     exit 1.
     """
-    if engine not in ENGINES:
-        raise _fail(f"--engine: {engine!r} is not one of {', '.join(ENGINES)}", EXIT_USAGE)
-    if engine == "clickhouse":
+    if database not in DATABASES:
+        raise _fail(f"--database: {database!r} is not one of {', '.join(DATABASES)}", EXIT_USAGE)
+    if database == "clickhouse":
         if url is None:
-            raise _fail("--engine clickhouse needs --url (chdb:///FOLDER or http://HOST:8123)", EXIT_USAGE)
+            raise _fail("--database clickhouse needs --url (chdb:///FOLDER or http://HOST:8123)", EXIT_USAGE)
         for name, value in (("--db", db), ("--source", source), ("--memory-limit", memory_limit)):
             if value is not None:
-                raise _fail(f"{name} does not go with --engine clickhouse (the store is --url; ClickHouse "
+                raise _fail(f"{name} does not go with --database clickhouse (the store is --url; ClickHouse "
                             "manages its own memory)", EXIT_USAGE)
     else:
         if url is not None:
-            raise _fail("--url names a ClickHouse store: add --engine clickhouse", EXIT_USAGE)
+            raise _fail("--url names a ClickHouse store: add --database clickhouse", EXIT_USAGE)
         if (db is None) == (source is None):
             raise _fail("give one of --db (a DuckDB store) and --source (Parquet files)", EXIT_USAGE)
-    from llmslo.analysis.engines import (
-        ClickHouseEngine,
-        DuckDBEngine,
+    from llmslo.analysis.databases import (
+        ClickHouseDatabase,
+        DuckDBDatabase,
         TimeRange,
         open_parquet,
         open_store_range,
@@ -123,11 +136,11 @@ def opened_engine(
     except LlmsloError as exc:
         raise _fail(str(exc), EXIT_USAGE) from None
     try:
-        opened: Engine
+        opened: Database
         store = None
-        if engine == "clickhouse":
+        if database == "clickhouse":
             assert url is not None
-            opened = ClickHouseEngine.open(url, time_range=window)
+            opened = ClickHouseDatabase.open(url, time_range=window)
         elif source is not None:
             opened = open_parquet(source, memory_limit=limit, time_range=window)
         elif window.bounded or limit is not None:
@@ -137,7 +150,7 @@ def opened_engine(
             assert db is not None
             store = Store.open(db, read_only=True)
             quiet_progress(store.con)
-            opened = DuckDBEngine(store.con)
+            opened = DuckDBDatabase(store.con)
     except LlmsloError as exc:
         raise _fail(str(exc)) from None
     try:
@@ -150,12 +163,12 @@ def opened_engine(
 
 class QueryProgress:
     """A progress bar on standard error for the queries of a report or a scan: the stage the caller names
-    (``progress(stage)``) and how far the engine's running query is (:meth:`Engine.query_progress`, polled
+    (``progress(stage)``) and how far the database's running query is (:meth:`Database.query_progress`, polled
     from a thread), shown only on a terminal and only once the work has taken ``delay_s`` seconds."""
 
-    def __init__(self, engine: Engine, enabled: bool, *, delay_s: float = 1.0, poll_s: float = 0.2,
+    def __init__(self, database: Database, enabled: bool, *, delay_s: float = 1.0, poll_s: float = 0.2,
                  console: Console | None = None) -> None:
-        self.engine = engine
+        self.database = database
         self.console = console or err()
         self.enabled = enabled and self.console.is_terminal
         self.delay_s = delay_s
@@ -179,7 +192,7 @@ class QueryProgress:
                       console=self.console, transient=True, auto_refresh=False) as bar:
             task = bar.add_task(self.stage, total=100.0)
             while True:
-                done = self.engine.query_progress()
+                done = self.database.query_progress()
                 bar.update(task, description=self.stage, completed=done if done is not None else 0.0)
                 bar.refresh()
                 if self._stop.wait(self.poll_s):
@@ -274,12 +287,13 @@ def anomalies_command(
         "--tightening", help="Also evaluate the composite tightening rule (p99 rise, failure-rate slope and "
         "outcome-mix entropy must agree; docs/anomalies.md) on the first --metric.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (for scripts).")] = False,
-    engine: EngineOption = "duckdb",
+    database: DatabaseOption = "duckdb",
     url: UrlOption = None,
     source: SourceOption = None,
     memory_limit: MemoryLimitOption = None,
     from_time: FromOption = None,
     to_time: ToOption = None,
+    engine: RenamedEngineOption = None,
 ) -> None:
     """Find windows whose latency distribution moved away from a baseline (docs/anomalies.md).
 
@@ -289,8 +303,9 @@ def anomalies_command(
     --consecutive flagged windows in a row. Every finding prints its statistic, p-value, sample sizes
     and quantiles before and after.
     """
+    refuse_renamed_engine(engine)
     from llmslo.analysis.anomaly import AnomalyConfig, detect_anomalies, detect_tightening
-    from llmslo.analysis.engines import DuckDBEngine
+    from llmslo.analysis.databases import DuckDBDatabase
 
     try:
         cfg = AnomalyConfig(window_s=_duration("window", window),
@@ -300,15 +315,15 @@ def anomalies_command(
     except (ValueError, LlmsloError) as exc:
         raise _fail(str(exc), 2) from None
     groups = tuple(s.strip() for s in by.split(",") if s.strip())
-    if tightening and engine != "duckdb":
+    if tightening and database != "duckdb":
         raise _fail("--tightening reads DuckDB stores and Parquet sources (--db, --source), not ClickHouse",
                     EXIT_USAGE)
-    with opened_engine(db, engine, url, source, memory_limit, from_time, to_time) as summaries:
+    with opened_database(db, database, url, source, memory_limit, from_time, to_time) as summaries:
         try:
             report = detect_anomalies(summaries, cfg, metrics=tuple(metric or ["ttft"]), by=groups)
             signals = {}
             if tightening:
-                assert isinstance(summaries, DuckDBEngine)
+                assert isinstance(summaries, DuckDBDatabase)
                 signals = detect_tightening(summaries.con, anomaly=cfg, metric=(metric or ["ttft"])[0], by=groups)
         except LlmsloError as exc:
             raise _fail(str(exc), 2 if isinstance(exc, ValueError) else 1) from None

@@ -13,15 +13,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from llmslo.cli._anomalies import (
+    DatabaseOption,
     DbOption,
-    EngineOption,
     FromOption,
     MemoryLimitOption,
     QueryProgress,
+    RenamedEngineOption,
     SourceOption,
     ToOption,
     UrlOption,
-    opened_engine,
+    opened_database,
+    refuse_renamed_engine,
 )
 from llmslo.cli._common import EXIT_INPUT, EXIT_USAGE, err, shown
 from llmslo.cli._common import console as _console
@@ -153,26 +155,28 @@ def ingest(
         help="Load the valid rows; write rejected rows with reasons to FILE.rejected.jsonl.")] = False,
     as_json: JsonOption = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Never show a progress bar.")] = False,
-    engine: Annotated[str, typer.Option(
-        "--engine", help="duckdb (a store file, --db) or clickhouse (--url).")] = "duckdb",
+    database: Annotated[str, typer.Option(
+        "--database", help="duckdb (a store file, --db) or clickhouse (--url).")] = "duckdb",
     url: UrlOption = None,
+    engine: RenamedEngineOption = None,
 ) -> None:
     """Validate request summaries and load them into the store (created if missing).
 
     Every row is checked before anything is written: types, finish reasons, negative or NaN
     intervals, ttft_s > e2e_s, sent_tokens > generated_tokens, a ttft_s without a generated token,
     duplicate request_id. One invalid row and nothing is loaded (unless --skip-invalid). Rows whose
-    request_id is already stored are skipped, so re-ingesting a file adds nothing. With --engine
+    request_id is already stored are skipped, so re-ingesting a file adds nothing. With --database
     clickhouse the same rules are checked before anything reaches ClickHouse (docs/fleet.md).
     """
+    refuse_renamed_engine(engine)
     from llmslo.analysis.store import ClickHouseStore, InvalidInputError, Store, parse_clickhouse_url
 
-    if engine not in ("duckdb", "clickhouse"):
-        raise _fail(f"--engine: {engine!r} is not one of duckdb, clickhouse", EXIT_USAGE)
-    if engine == "clickhouse" and (url is None or db is not None):
-        raise _fail("--engine clickhouse takes the store as --url (not --db)", EXIT_USAGE)
-    if engine == "duckdb" and (db is None or url is not None):
-        raise _fail("give the store as --db FILE (or --engine clickhouse --url URL)", EXIT_USAGE)
+    if database not in ("duckdb", "clickhouse"):
+        raise _fail(f"--database: {database!r} is not one of duckdb, clickhouse", EXIT_USAGE)
+    if database == "clickhouse" and (url is None or db is not None):
+        raise _fail("--database clickhouse takes the store as --url (not --db)", EXIT_USAGE)
+    if database == "duckdb" and (db is None or url is not None):
+        raise _fail("give the store as --db FILE (or --database clickhouse --url URL)", EXIT_USAGE)
     try:
         parsed = parse_clickhouse_url(url) if url is not None else None
     except LlmsloError as exc:
@@ -206,7 +210,7 @@ def ingest(
 ingest.__doc__ = (ingest.__doc__ or "") + f"\n\nColumns: {_COLUMNS_HELP}."
 
 
-def _print_report(db: Path | None, spec: ReportSpec, as_json: bool, as_csv: bool, *, engine: str = "duckdb",
+def _print_report(db: Path | None, spec: ReportSpec, as_json: bool, as_csv: bool, *, database: str = "duckdb",
                   url: str | None = None, source: str | None = None, memory_limit: str | None = None,
                   from_time: str | None = None, to_time: str | None = None, progress: bool = False) -> None:
     if as_json and as_csv:
@@ -214,7 +218,7 @@ def _print_report(db: Path | None, spec: ReportSpec, as_json: bool, as_csv: bool
     from llmslo.analysis.report import build_report
     from llmslo.cli._render import render_report, report_csv
 
-    with opened_engine(db, engine, url, source, memory_limit, from_time, to_time) as summaries:
+    with opened_database(db, database, url, source, memory_limit, from_time, to_time) as summaries:
         bar = QueryProgress(summaries, progress and not (as_json or as_csv))
         try:
             report = build_report(summaries, spec, on_progress=bar)
@@ -244,13 +248,14 @@ def report(
     until: Annotated[float | None, typer.Option(
         "--until", help="Horizon, Unix seconds: report the requests that arrived by then; those that finished "
         "after it are in flight (default: when the data was taken, so no stored request is).")] = None,
-    engine: EngineOption = "duckdb",
+    database: DatabaseOption = "duckdb",
     url: UrlOption = None,
     source: SourceOption = None,
     memory_limit: MemoryLimitOption = None,
     from_time: FromOption = None,
     to_time: ToOption = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Never show a progress bar.")] = False,
+    engine: RenamedEngineOption = None,
 ) -> None:
     """Latency distributions, goodput, survivor bias and token figures per group.
 
@@ -260,11 +265,12 @@ def report(
     which requests that ended without a first token count as "at least that long".
 
     The summaries come from a DuckDB store (--db), the sink's Parquet files read out of core (--source,
-    --memory-limit) or ClickHouse (--engine clickhouse --url), the same report from each (docs/fleet.md).
+    --memory-limit) or ClickHouse (--database clickhouse --url), the same report from each (docs/fleet.md).
 
     Examples: llmslo report --db s.duckdb --ttft 2s --tpot 100ms --by model,version --window 5m;
     llmslo report --source 'sink/**/*.parquet' --memory-limit 4GB --from 2026-01-01 --to 2026-01-02
     """
+    refuse_renamed_engine(engine)
     from llmslo.analysis.report import ReportSpec
 
     try:
@@ -272,7 +278,7 @@ def report(
                           until_unix_s=until)
     except LlmsloError as exc:
         raise _fail(str(exc), EXIT_USAGE) from None
-    _print_report(db, spec, as_json, as_csv, engine=engine, url=url, source=source, memory_limit=memory_limit,
+    _print_report(db, spec, as_json, as_csv, database=database, url=url, source=source, memory_limit=memory_limit,
                   from_time=from_time, to_time=to_time, progress=not no_progress)
 
 
@@ -311,6 +317,11 @@ def demo(
     same_speed: Annotated[bool, typer.Option(
         "--same-speed", help="With --rollout: v2 runs the same engine as v1 (the null run: its verdict should "
         "be lossless).")] = False,
+    engine: Annotated[str | None, typer.Option(
+        "--engine", help="Run it on a real engine instead (about 90 s): llamacpp, llama.cpp's llama-server with "
+        "SmolLM2-135M under llmslo load through a burst above its slots, scraped by a real Prometheus with the "
+        "rules 'llmslo rules generate --engine llamacpp' makes; it checks usage against the engine's counters "
+        "(build the engine once with .ci/build-llama-server).", metavar="ENGINE", show_default=False)] = None,
     out: Annotated[Path | None, typer.Option(
         "--out", help="With --live or --rollout: the folder for the run's files (must not hold an earlier run; "
         "default: a new llmslo-live-<time> or llmslo-rollout-<time> folder here).", show_default=False)] = None,
@@ -334,10 +345,20 @@ def demo(
     regressions it found (v2's slowdown; none with --same-speed). The simulation's options do not go with
     --rollout either.
     """
-    if live and rollout:
-        raise _fail("--live and --rollout are two different runs: choose one", EXIT_USAGE)
+    runs = [name for name, on in (("--live", live), ("--rollout", rollout), ("--engine", engine is not None)) if on]
+    if len(runs) > 1:
+        raise _fail(f"{' and '.join(runs)} are different runs: choose one", EXIT_USAGE)
     if same_speed and not rollout:
         raise _fail("--same-speed goes with --rollout", EXIT_USAGE)
+    if engine is not None:
+        if engine != "llamacpp":
+            raise _fail(f"--engine {engine!r}: the demo runs on llamacpp (llama.cpp's llama-server), the one engine "
+                        "that builds and runs on a CPU here; for vLLM, SGLang, TGI or trtllm-serve point "
+                        "llmslo load at your server and generate rules with llmslo rules generate --engine",
+                        EXIT_USAGE)
+        _refuse_simulation_options(ctx, "--engine")
+        _demo_engine(out, as_json)
+        return
     if live or rollout:
         _refuse_simulation_options(ctx, "--live" if live else "--rollout")  # before anything starts
         if live:
@@ -346,7 +367,7 @@ def demo(
             _demo_rollout(out, same_speed, as_json)
         return
     if out is not None:
-        raise _fail("--out goes with --live or --rollout", EXIT_USAGE)
+        raise _fail("--out goes with --live, --rollout or --engine", EXIT_USAGE)
     from llmslo.analysis.report import ReportSpec
     from llmslo.analysis.store import Store
     from llmslo.analysis.workload import simulate_demo_workload
@@ -401,6 +422,10 @@ def _refuse_simulation_options(ctx: typer.Context, mode: str) -> None:
     if mode == "--live":
         refused = [f"{option} does not go with --live: {why}" for name, (option, why) in SIMULATION_ONLY.items()
                    if _given(ctx, name)]
+    elif mode == "--engine":
+        refused = [f"{option} does not go with --engine: the engine run's plan is fixed; report on its store "
+                   f"afterwards: llmslo report --db FOLDER/client.duckdb" for name, (option, _) in
+                   SIMULATION_ONLY.items() if _given(ctx, name)]
     else:
         refused = [f"{option} does not go with --rollout: the rolling update's plan is fixed; report on its store "
                    f"afterwards: llmslo report --db FOLDER/rollout.duckdb" for name, (option, _) in
@@ -434,6 +459,23 @@ def _demo_live(out: Path | None, as_json: bool) -> None:
     _console().print("the server's summaries in 10 s windows (the burst's windows are the ones to look at):",
                      highlight=False)
     _print_report(run.server_db, ReportSpec(_policy(None, None, None, "10s", "stop,length", False)), False, False)
+
+
+def _demo_engine(out: Path | None, as_json: bool) -> None:
+    from llmslo.cli._live_engine import print_engine_live, run_engine_live
+
+    folder = out if out is not None else Path(time.strftime("llmslo-engine-%Y%m%d-%H%M%S"))
+    say = err() if as_json else _console()
+    try:
+        run = run_engine_live(folder, say=lambda line: say.print(shown(line), highlight=False, soft_wrap=True))
+    except LlmsloError as exc:  # LiveRunError, and EngineNotFound with the way to build the engine
+        raise _fail(str(exc)) from None
+    if as_json:
+        print(json.dumps(run.to_dict(), indent=2, default=str))
+    else:
+        print_engine_live(run, _console())
+    if not all(check.passed for check in run.checks()):
+        raise _fail(f"the engine run's checks did not all pass (files in {folder})")
 
 
 def _demo_rollout(out: Path | None, same_speed: bool, as_json: bool) -> None:

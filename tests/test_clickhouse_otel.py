@@ -298,7 +298,7 @@ class Traced:
 def store() -> Iterator[ClickHouseStore]:
     """A fresh ClickHouse store (chdb) with the exporter's traces table and the views applied."""
     need(None if importlib.util.find_spec("chdb") else "chdb is not installed (pip install chdb)")
-    from llmslo.tests._engines_support import fresh_clickhouse
+    from llmslo.tests._databases_support import fresh_clickhouse
 
     with fresh_clickhouse() as ch:
         ch.client.command(otel_traces_ddl())
@@ -408,13 +408,13 @@ def test_phase_children_and_other_instrumentations_spans_give_no_summary(store: 
 
 def test_the_report_over_the_otlp_summaries_equals_the_report_over_the_sinks(
         store: ClickHouseStore, tmp_path: Path) -> None:
-    from llmslo.analysis.engines import ClickHouseEngine
+    from llmslo.analysis.databases import ClickHouseDatabase
 
     traced = Traced()
     traced.serve()
     insert_spans(store, traced.rows())
     spec = ReportSpec(GoodputPolicy(ttft_s=0.1, tpot_s=0.015), by=("model", "version"))
-    from_spans = build_report(ClickHouseEngine(store), spec).to_dict()
+    from_spans = build_report(ClickHouseDatabase(store), spec).to_dict()
     with Store.open(tmp_path / "sink.duckdb") as duck:
         frame = pa.Table.from_pylist([{c.name: s.get(c.name, c.default) for c in COLUMNS} for s in traced.summaries],
                                      schema=arrow_schema())

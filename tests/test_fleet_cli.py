@@ -1,4 +1,4 @@
-"""``llmslo ingest|report|anomalies`` on the fleet engines: ``--engine clickhouse --url chdb://…``, ``--source``
+"""``llmslo ingest|report|anomalies`` on the fleet databases: ``--database clickhouse --url chdb://…``, ``--source``
 Parquet files with ``--memory-limit`` and ``--from/--to``; options that do not go together exit 2, naming them."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from llmslo.analysis.store import ParquetSummaryWriter, summary_table
 from llmslo.telemetry import COLUMNS
-from llmslo.tests._engines_support import differences
+from llmslo.tests._databases_support import differences
 from llmslo.tests._rows import cancelled_row, ok_row, rejected_row
 
 pytestmark = pytest.mark.integration
@@ -51,7 +51,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     writer.write(rows)
     writer.close()
     db, ch = tmp / "s.duckdb", tmp / "ch"
-    for args in (["--db", str(db)], ["--engine", "clickhouse", "--url", f"chdb://{ch}"]):
+    for args in (["--db", str(db)], ["--database", "clickhouse", "--url", f"chdb://{ch}"]):
         out = _llmslo("ingest", str(tmp / "in.parquet"), *args, "--json")
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["files"][0]["rows_inserted"] == len(rows)
@@ -60,12 +60,12 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _sources(data: dict[str, Path]) -> dict[str, list[str]]:
     return {"duckdb": ["--db", str(data["db"])],
-            "clickhouse": ["--engine", "clickhouse", "--url", f"chdb://{data['ch']}"],
+            "clickhouse": ["--database", "clickhouse", "--url", f"chdb://{data['ch']}"],
             "parquet": ["--source", f"{data['sink']}/**/*.parquet", "--memory-limit", "256MB"]}
 
 
 def test_ingest_into_clickhouse_again_adds_nothing(data: dict[str, Path]) -> None:
-    out = _llmslo("ingest", str(data["file"]), "--engine", "clickhouse", "--url", f"chdb://{data['ch']}")
+    out = _llmslo("ingest", str(data["file"]), "--database", "clickhouse", "--url", f"chdb://{data['ch']}")
     assert out.returncode == 0, out.stderr
     assert "store chdb:" in out.stdout and "3,000 request summaries" in out.stdout
     assert "3,000 │" in out.stdout or "3,000 |" in out.stdout  # the "already stored" column
@@ -103,20 +103,30 @@ def test_anomalies_find_the_same_shift_on_every_source(data: dict[str, Path]) ->
     assert differences(found["duckdb"], found["parquet"]) == []
 
 
+@pytest.mark.parametrize("command", [["report", "--db", "x.duckdb"], ["ingest", "f.jsonl", "--db", "x.duckdb"],
+                                     ["anomalies", "--db", "x.duckdb"]])
+def test_the_old_engine_spelling_is_refused_naming_database(command: list[str]) -> None:
+    """``--engine`` now names an inference engine: the store option's old spelling exits 2 with the new one."""
+    out = _llmslo(*command, "--engine", "clickhouse")
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    assert "--database clickhouse" in out.stderr and "inference engine" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["report"], "give one of --db"),
     (["report", "--db", "x.duckdb", "--source", "y"], "give one of --db"),
-    (["report", "--url", "chdb:///tmp/x"], "add --engine clickhouse"),
-    (["report", "--engine", "clickhouse"], "needs --url"),
-    (["report", "--engine", "clickhouse", "--url", "chdb:///tmp/x", "--memory-limit", "1GB"], "--memory-limit"),
-    (["report", "--engine", "sqlite", "--db", "x"], "--engine: 'sqlite'"),
+    (["report", "--url", "chdb:///tmp/x"], "add --database clickhouse"),
+    (["report", "--database", "clickhouse"], "needs --url"),
+    (["report", "--database", "clickhouse", "--url", "chdb:///tmp/x", "--memory-limit", "1GB"], "--memory-limit"),
+    (["report", "--database", "sqlite", "--db", "x"], "--database: 'sqlite'"),
     (["report", "--source", "x", "--memory-limit", "much"], "--memory-limit"),
     (["report", "--source", "x", "--from", "yesterday"], "--from"),
     (["report", "--source", "x", "--from", "100", "--to", "50"], "--to"),
-    (["report", "--engine", "clickhouse", "--url", "ftp://x"], "no ClickHouse URL"),
+    (["report", "--database", "clickhouse", "--url", "ftp://x"], "no ClickHouse URL"),
     (["ingest", "f.jsonl"], "--db FILE"),
-    (["ingest", "f.jsonl", "--engine", "clickhouse"], "--url"),
-    (["anomalies", "--engine", "clickhouse", "--url", "chdb:///tmp/x", "--tightening"], "--tightening"),
+    (["ingest", "f.jsonl", "--database", "clickhouse"], "--url"),
+    (["anomalies", "--database", "clickhouse", "--url", "chdb:///tmp/x", "--tightening"], "--tightening"),
 ])
 def test_options_that_do_not_go_together_exit_2_naming_them(args: list[str], message: str) -> None:
     out = _llmslo(*args)
@@ -125,10 +135,10 @@ def test_options_that_do_not_go_together_exit_2_naming_them(args: list[str], mes
 
 
 def test_a_missing_store_or_source_exits_1_with_the_fix(tmp_path: Path) -> None:
-    out = _llmslo("report", "--engine", "clickhouse", "--url", f"chdb://{tmp_path}/none")
+    out = _llmslo("report", "--database", "clickhouse", "--url", f"chdb://{tmp_path}/none")
     assert out.returncode == 1 and "no store at" in out.stderr and "llmslo ingest" in out.stderr
     out = _llmslo("report", "--source", f"{tmp_path}/none/**/*.parquet")
     assert out.returncode == 1 and "no Parquet file matches" in out.stderr
-    out = _llmslo("report", "--engine", "clickhouse", "--url", "http://127.0.0.1:9")
+    out = _llmslo("report", "--database", "clickhouse", "--url", "http://127.0.0.1:9")
     reason = "cannot connect" if importlib.util.find_spec("clickhouse_connect") else "not installed"
     assert out.returncode == 1 and reason in out.stderr and "Traceback" not in out.stderr

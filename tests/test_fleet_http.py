@@ -11,12 +11,12 @@ import polars as pl
 import pytest
 
 from llmslo.analysis import GoodputPolicy, ReportSpec, Store, build_report, polars_schema
-from llmslo.analysis.engines import ClickHouseEngine
+from llmslo.analysis.databases import ClickHouseDatabase
 from llmslo.analysis.store import ClickHouseError, ClickHouseStore, ClickHouseSummaryWriter
 from llmslo.analysis.store import _clickhouse_client as client_module
 from llmslo.telemetry import COLUMNS, SummarySink, Telemetry
 from llmslo.tests._clickhouse_http import clickhouse_http
-from llmslo.tests._engines_support import copy_to_clickhouse, differences, fresh_clickhouse
+from llmslo.tests._databases_support import copy_to_clickhouse, differences, fresh_clickhouse
 from llmslo.tests._rows import cancelled_row, ok_row, rejected_row
 
 pytest.importorskip("clickhouse_connect", reason="the HTTP path needs clickhouse-connect")
@@ -46,7 +46,7 @@ def test_ingest_and_report_over_http_match_the_duckdb_store(tmp_path: Path, http
         duck.ingest_frame(_frame(ROWS))
         for spec in (ReportSpec(GoodputPolicy()), ReportSpec(GoodputPolicy(window_s=20.0), by=("finish_reason",))):
             assert differences(build_report(duck.con, spec).to_dict(),
-                               build_report(ClickHouseEngine(store), spec).to_dict()) == []
+                               build_report(ClickHouseDatabase(store), spec).to_dict()) == []
         store.client.command("DROP DATABASE over_http")
     assert server.requests > 10  # it all went over HTTP
 
@@ -85,5 +85,5 @@ def test_a_clickhouse_copy_reads_back_over_http_as_stored(tmp_path: Path, http_u
         with ClickHouseStore.open(f"{url}?database={local.url.database}", create=False) as remote:
             assert remote.count() == 70
             spec = ReportSpec(GoodputPolicy(), by=("finish_reason",))
-            assert differences(build_report(ClickHouseEngine(local), spec).to_dict(),
-                               build_report(ClickHouseEngine(remote), spec).to_dict()) == []
+            assert differences(build_report(ClickHouseDatabase(local), spec).to_dict(),
+                               build_report(ClickHouseDatabase(remote), spec).to_dict()) == []

@@ -14,12 +14,19 @@ import pyarrow.parquet as pq
 import pytest
 
 from llmslo.analysis import GoodputPolicy, ReportSpec, Store, StoreError, build_report, polars_schema
-from llmslo.analysis.engines import DuckDBEngine, Engine, TimeRange, open_parquet, open_store_range, parse_memory_limit
+from llmslo.analysis.databases import (
+    Database,
+    DuckDBDatabase,
+    TimeRange,
+    open_parquet,
+    open_store_range,
+    parse_memory_limit,
+)
 from llmslo.analysis.report._sql import HOLISTIC_BYTES_PER_VALUE
 from llmslo.analysis.store import ParquetSummaryWriter, summary_table
 from llmslo.cli._anomalies import QueryProgress
 from llmslo.telemetry import COLUMNS, ConfigurationError
-from llmslo.tests._engines_support import differences
+from llmslo.tests._databases_support import differences
 from llmslo.tests._rows import cancelled_row, ok_row, rejected_row
 
 DAY = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -100,13 +107,13 @@ def test_partitioned_files_ingest_without_their_folder_names_as_columns(tmp_path
 def test_the_report_over_the_files_is_the_report_over_the_store(tmp_path: Path, spec: ReportSpec) -> None:
     rows = _rows()
     _sink(tmp_path / "pq", rows)
-    engine = open_parquet(str(tmp_path / "pq" / "**" / "*.parquet"), memory_limit=parse_memory_limit("256MB"))
+    database = open_parquet(str(tmp_path / "pq" / "**" / "*.parquet"), memory_limit=parse_memory_limit("256MB"))
     try:
         with _store(tmp_path / "s.duckdb", rows) as store:
             want = build_report(store.con, spec).to_dict()
-        got = build_report(engine, spec).to_dict()
+        got = build_report(database, spec).to_dict()
     finally:
-        engine.close()
+        database.close()
     assert differences(want, got) == []
     assert got["groups"][0]["attempted"] > 0
 
@@ -119,11 +126,11 @@ def test_a_time_range_opens_only_its_partitions_and_keeps_exactly_its_arrivals(t
     broken.write_bytes(b"not parquet")
     lo, hi = DAY + 5 * HOUR + 7.0, DAY + 9 * HOUR + 7.0  # two of the arrivals sit exactly on the bounds
     window = TimeRange(lo, hi)
-    engine = open_parquet(str(tmp_path / "pq"), time_range=window)
+    database = open_parquet(str(tmp_path / "pq"), time_range=window)
     try:
-        got = build_report(engine, ReportSpec(GoodputPolicy())).to_dict()
+        got = build_report(database, ReportSpec(GoodputPolicy())).to_dict()
     finally:
-        engine.close()
+        database.close()
     inside = [r for r in rows if lo <= r["arrival_unix_s"] < hi]
     with _store(tmp_path / "s.duckdb", inside) as store:
         want = build_report(store.con, ReportSpec(GoodputPolicy())).to_dict()
@@ -132,9 +139,9 @@ def test_a_time_range_opens_only_its_partitions_and_keeps_exactly_its_arrivals(t
         open_parquet(str(tmp_path / "pq"))
 
 
-def _view_parts(engine: DuckDBEngine) -> dict[bool, str]:
-    """The ``read_parquet`` parts of an engine's summary view, keyed by whether the part filters its rows."""
-    ((sql,),) = engine.con.sql("SELECT sql FROM duckdb_views() WHERE view_name = 'request_summaries'").fetchall()
+def _view_parts(database: DuckDBDatabase) -> dict[bool, str]:
+    """The ``read_parquet`` parts of a database's summary view, keyed by whether the part filters its rows."""
+    ((sql,),) = database.con.sql("SELECT sql FROM duckdb_views() WHERE view_name = 'request_summaries'").fetchall()
     parts = sql.split(" UNION ALL ")
     return {" WHERE " in p: p for p in parts}
 
@@ -153,16 +160,16 @@ def test_files_whose_statistics_put_every_arrival_in_the_range_are_read_without_
     late = [{**r, "request_id": "two-groups-" + r["request_id"]} for r in rows[120:125] + strays[:5]]
     pq.write_table(summary_table(late), hour6 / "stray-two-groups.parquet", row_group_size=5)
     lo, hi = DAY + 5 * HOUR, rows[159]["arrival_unix_s"]  # hour 7's last arrival sits on the open end
-    engine = open_parquet(str(tmp_path / "pq"), time_range=TimeRange(lo, hi))
+    database = open_parquet(str(tmp_path / "pq"), time_range=TimeRange(lo, hi))
     try:
-        parts = _view_parts(engine)
+        parts = _view_parts(database)
         whole = sorted(Path(f).parent.name for f in parts[False].split("'") if f.endswith(".parquet"))
         assert whole == ["hour=05", "hour=06"]  # the sink's files of hours 5 and 6; hour 7 ends on the bound
         assert "stray" not in parts[False] and all(f"stray-{kind}" in parts[True] for kind in ("stats", "nostats",
                                                                                             "two-groups"))
-        got = build_report(engine, ReportSpec(GoodputPolicy())).to_dict()
+        got = build_report(database, ReportSpec(GoodputPolicy())).to_dict()
     finally:
-        engine.close()
+        database.close()
     inside = [r for r in rows + late if lo <= r["arrival_unix_s"] < hi]
     with _store(tmp_path / "s.duckdb", inside) as store:
         want = build_report(store.con, ReportSpec(GoodputPolicy())).to_dict()
@@ -181,21 +188,21 @@ def test_a_store_seen_through_a_time_range_reports_only_those_arrivals(tmp_path:
         pass
     with _store(tmp_path / "some.duckdb", [r for r in rows if lo <= r["arrival_unix_s"] < hi]) as some:
         want = build_report(some.con, SPECS[1]).to_dict()
-    engine = open_store_range(tmp_path / "all.duckdb", TimeRange(lo, hi))
+    database = open_store_range(tmp_path / "all.duckdb", TimeRange(lo, hi))
     try:
-        assert differences(want, build_report(engine, SPECS[1]).to_dict()) == []
+        assert differences(want, build_report(database, SPECS[1]).to_dict()) == []
     finally:
-        engine.close()
+        database.close()
 
 
 def test_the_memory_limit_is_duckdbs_own(tmp_path: Path) -> None:
     _sink(tmp_path / "pq", _rows()[:10])
-    engine = open_parquet(str(tmp_path / "pq"), memory_limit=parse_memory_limit("300MiB"))
+    database = open_parquet(str(tmp_path / "pq"), memory_limit=parse_memory_limit("300MiB"))
     try:
-        assert isinstance(engine, DuckDBEngine)
-        (limit,) = engine.con.sql("SELECT current_setting('memory_limit')").fetchall()[0]
+        assert isinstance(database, DuckDBDatabase)
+        (limit,) = database.con.sql("SELECT current_setting('memory_limit')").fetchall()[0]
     finally:
-        engine.close()
+        database.close()
     assert limit == "300.0 MiB"
     assert parse_memory_limit("4GB") == 4 * 10**9 and parse_memory_limit("2GiB") == 2 * 2**30
     for bad in ("lots", "-1GB", "10MB", "4XB", "nanGB"):
@@ -219,7 +226,7 @@ def test_files_that_are_not_summaries_are_named(tmp_path: Path) -> None:
         TimeRange(DAY, DAY)
 
 
-class _SlowEngine(DuckDBEngine):
+class _SlowDatabase(DuckDBDatabase):
     """Reports progress 0, 40, 80 ... percent, one step per poll."""
 
     def __init__(self) -> None:
@@ -236,22 +243,22 @@ def test_the_progress_bar_shows_the_stage_and_how_far_the_query_is() -> None:
     from rich.console import Console
 
     out = io.StringIO()
-    engine: Engine = _SlowEngine()
-    bar = QueryProgress(engine, True, delay_s=0.0, poll_s=0.05, console=Console(file=out, force_terminal=True,
+    database: Database = _SlowDatabase()
+    bar = QueryProgress(database, True, delay_s=0.0, poll_s=0.05, console=Console(file=out, force_terminal=True,
                                                                                   width=100))
     bar("aggregating")
     time.sleep(0.5)
     bar.stop()
-    engine.close()
+    database.close()
     text = out.getvalue()
     assert "aggregating" in text and "40%" in text and "80%" in text
-    quiet = QueryProgress(_SlowEngine(), True, console=Console(file=io.StringIO()))  # not a terminal
+    quiet = QueryProgress(_SlowDatabase(), True, console=Console(file=io.StringIO()))  # not a terminal
     quiet("aggregating")
     assert quiet.enabled is False and quiet._thread is None
 
 
-class _Counting(DuckDBEngine):
-    """A DuckDB engine that keeps the text of every query it runs, and can fail with DuckDB's out-of-memory
+class _Counting(DuckDBDatabase):
+    """A DuckDB database that keeps the text of every query it runs, and can fail with DuckDB's out-of-memory
     error the ones naming a word or holding more than ``max_quantiles`` exact quantiles (a stand-in for a
     memory limit that the estimate misjudged: a real one cannot be made to fail at a chosen query)."""
 
@@ -271,8 +278,8 @@ class _Counting(DuckDBEngine):
         return super().rows(sql, params)
 
 
-def _quantile_queries(engine: _Counting) -> list[str]:
-    return [q for q in engine.queries if "quantile" in q and '"attempted"' not in q]
+def _quantile_queries(database: _Counting) -> list[str]:
+    return [q for q in database.queries if "quantile" in q and '"attempted"' not in q]
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=["all", "hourly-by-model", "by-reason"])
@@ -306,11 +313,11 @@ def test_a_query_that_runs_out_of_memory_is_run_again_in_halves(tmp_path: Path) 
     with _store(tmp_path / "s.duckdb", rows) as store:
         want = build_report(store.con, spec).to_dict()
         # the estimate packs several quantiles into a query (not all into the main aggregate); DuckDB disagrees
-        engine = _Counting(store.con, budget=HOLISTIC_BYTES_PER_VALUE * len(rows) * 3, max_quantiles=1)
-        assert build_report(engine, spec).to_dict() == want
-    mains = [q.count("quantile_") for q in engine.queries if '"attempted"' in q]
+        database = _Counting(store.con, budget=HOLISTIC_BYTES_PER_VALUE * len(rows) * 3, max_quantiles=1)
+        assert build_report(database, spec).to_dict() == want
+    mains = [q.count("quantile_") for q in database.queries if '"attempted"' in q]
     assert mains == [3, 0]  # the main aggregate held three, ran out of memory, and ran again without them
-    tried = _quantile_queries(engine)
+    tried = _quantile_queries(database)
     assert max(q.count("quantile_") for q in tried) > 1  # packed first
     done = [q for q in tried if q.count("quantile_") == 1]
     assert len(done) >= 6  # then one at a time
@@ -318,17 +325,17 @@ def test_a_query_that_runs_out_of_memory_is_run_again_in_halves(tmp_path: Path) 
 
 def test_quantiles_that_cannot_fit_the_memory_limit_say_what_to_change(tmp_path: Path) -> None:
     with _store(tmp_path / "s.duckdb", _rows()) as store:
-        engine = _Counting(store.con, budget=1, fail_on="quantile_cont(e2e_s")
+        database = _Counting(store.con, budget=1, fail_on="quantile_cont(e2e_s")
         with pytest.raises(ConfigurationError, match=r"--memory-limit: the exact quantiles of e2e_s hold about"):
-            build_report(engine, ReportSpec(GoodputPolicy()))
+            build_report(database, ReportSpec(GoodputPolicy()))
 
 
-class _Recording(DuckDBEngine):
-    """A DuckDB engine that keeps the text of every query (to see which scans a report makes)."""
+class _Recording(DuckDBDatabase):
+    """A DuckDB database that keeps the text of every query (to see which scans a report makes)."""
 
-    def __init__(self, engine: DuckDBEngine) -> None:
-        super().__init__(engine.con, owned=True, holistic_budget_bytes=engine.holistic_budget_bytes)
-        self.empty_lists = engine.empty_lists
+    def __init__(self, database: DuckDBDatabase) -> None:
+        super().__init__(database.con, owned=True, holistic_budget_bytes=database.holistic_budget_bytes)
+        self.empty_lists = database.empty_lists
         self.queries: list[str] = []
 
     def tuples(self, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
@@ -342,12 +349,12 @@ def test_files_whose_statistics_show_no_itl_element_are_not_scanned_for_one(tmp_
     spec = ReportSpec(GoodputPolicy(), by=("model",))
     with _store(tmp_path / "s.duckdb", rows) as store:
         want = build_report(store.con, spec).to_dict()
-    engine = _Recording(open_parquet(str(tmp_path / "pq")))
-    assert engine.empty_lists == frozenset({"itl_s"})
-    assert differences(want, build_report(engine, spec).to_dict()) == []
-    probes = [q for q in engine.queries if "EXISTS" in q]
+    database = _Recording(open_parquet(str(tmp_path / "pq")))
+    assert database.empty_lists == frozenset({"itl_s"})
+    assert differences(want, build_report(database, spec).to_dict()) == []
+    probes = [q for q in database.queries if "EXISTS" in q]
     assert probes and not any("itl_s" in q for q in probes)  # the footers said it: no scan for ITL gaps
-    engine.close()
+    database.close()
 
 
 def test_files_with_itl_gaps_or_without_statistics_are_probed_and_their_itl_reported(tmp_path: Path) -> None:
@@ -359,14 +366,14 @@ def test_files_with_itl_gaps_or_without_statistics_are_probed_and_their_itl_repo
     spec = ReportSpec(GoodputPolicy())
     with _store(tmp_path / "s.duckdb", rows) as store:
         want = build_report(store.con, spec).to_dict()
-    engine = open_parquet(str(tmp_path / "pq"))
-    assert engine.empty_lists == frozenset()
-    got = build_report(engine, spec).to_dict()
-    engine.close()
+    database = open_parquet(str(tmp_path / "pq"))
+    assert database.empty_lists == frozenset()
+    got = build_report(database, spec).to_dict()
+    database.close()
     assert differences(want, got) == [] and got["groups"][0]["latency"]["itl_s"]["count"] == 3
     bare = tmp_path / "nostats" / "summaries.parquet"  # a writer that keeps no statistics proves nothing
     bare.parent.mkdir()
     pq.write_table(summary_table(_rows()), bare, write_statistics=False)
-    engine = open_parquet(str(bare.parent))
-    assert engine.empty_lists == frozenset()
-    engine.close()
+    database = open_parquet(str(bare.parent))
+    assert database.empty_lists == frozenset()
+    database.close()

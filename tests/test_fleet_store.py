@@ -23,7 +23,7 @@ from llmslo.analysis.store import (
     parse_clickhouse_url,
 )
 from llmslo.telemetry import COLUMN_NAMES, COLUMNS, ConfigurationError, SummarySink, Telemetry
-from llmslo.tests._engines_support import chdb_folder, chdb_url, fresh_clickhouse
+from llmslo.tests._databases_support import chdb_folder, chdb_url, fresh_clickhouse
 from llmslo.tests._rows import BREAKERS, cancelled_row, ok_row, rejected_row
 
 GOOD = [ok_row(0), ok_row(1, itl_s=[0.1] * 10), rejected_row(2), cancelled_row(3)]

@@ -36,7 +36,7 @@ import polars as pl
 from scipy import stats
 
 from llmslo.analysis.anomaly._ks import ks_pvalue, ks_statistic_and_positions, ks_statistic_sorted
-from llmslo.analysis.engines import Engine, as_engine
+from llmslo.analysis.databases import Database, as_database
 from llmslo.analysis.report import MAX_WINDOWS, placeable_rows
 from llmslo.telemetry import TPOT_SQL, ConfigurationError, format_duration
 
@@ -582,9 +582,9 @@ def _names(files: Sequence[str]) -> str:
     return ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
 
 
-def scanned_rows(con: duckdb.DuckDBPyConnection | Engine) -> tuple[str, list[str]]:
+def scanned_rows(con: duckdb.DuckDBPyConnection | Database) -> tuple[str, list[str]]:
     """The SQL condition keeping the rows the scan can place in windows, and a note on those it leaves out
-    (see :func:`~llmslo.analysis.report.placeable_rows`); ``con``: a DuckDB connection or an engine, whose
+    (see :func:`~llmslo.analysis.report.placeable_rows`); ``con``: a DuckDB connection or a database, whose
     SQL the condition is written in."""
     rows = placeable_rows(con)
     if not rows.left_out:
@@ -593,20 +593,20 @@ def scanned_rows(con: duckdb.DuckDBPyConnection | Engine) -> tuple[str, list[str
                             f"({_names(rows.files)}) are not scanned: they cannot be placed in windows"]
 
 
-def scan_inputs(engine: Engine, metric: str, by: Sequence[str], keep: str) -> pl.DataFrame:
+def scan_inputs(database: Database, metric: str, by: Sequence[str], keep: str) -> pl.DataFrame:
     """The KS scan's inputs for one metric: ``by`` columns, ``t`` (arrival, Unix seconds) and ``x`` (the
     latency, seconds) of every kept row where the metric is defined, ordered by group and arrival. The same
-    query on every engine (``keep`` in its SQL, :func:`scanned_rows`)."""
+    query on every database (``keep`` in its SQL, :func:`scanned_rows`)."""
     expr = ANOMALY_METRICS[metric]
     sel = f"{', '.join(by)}, " if by else ""
-    return engine.frame(
-        f"SELECT {sel}arrival_unix_s AS t, ({expr}) AS x FROM {engine.summaries} "
+    return database.frame(
+        f"SELECT {sel}arrival_unix_s AS t, ({expr}) AS x FROM {database.summaries} "
         f"WHERE ({expr}) IS NOT NULL AND {keep} ORDER BY {sel}arrival_unix_s"
     )
 
 
 def detect_anomalies(
-    con: duckdb.DuckDBPyConnection | Engine,
+    con: duckdb.DuckDBPyConnection | Database,
     config: AnomalyConfig | None = None,
     *,
     metrics: Sequence[str] = ("ttft",),
@@ -614,7 +614,7 @@ def detect_anomalies(
 ) -> AnomalyReport:
     """Scan the stored request summaries: one series per metric and group (``by`` ⊆ model, version,
     tenant_class), Benjamini–Hochberg across all of them per window start. ``con``: a DuckDB connection (a
-    store's ``con``) or an :class:`~llmslo.analysis.engines.Engine` (ClickHouse, Parquet files): the series
+    store's ``con``) or an :class:`~llmslo.analysis.databases.Database` (ClickHouse, Parquet files): the series
     come from :func:`scan_inputs`, the tests run here.
 
     Rows from imports without arrival times are not scanned (:attr:`AnomalyReport.notes` says how many).
@@ -627,13 +627,13 @@ def detect_anomalies(
         ensure(m in ANOMALY_METRICS, f"unknown metric {m!r}; choose from {', '.join(ANOMALY_METRICS)}")
     for b in by:
         ensure(b in SERIES_GROUPS, f"cannot group by {b!r}; choose from {', '.join(SERIES_GROUPS)}")
-    engine = as_engine(con)
-    keep, notes = scanned_rows(engine)
+    database = as_database(con)
+    keep, notes = scanned_rows(database)
     series: dict[str, tuple[FloatArray, FloatArray]] = {}
     groups: dict[str, dict[str, str]] = {}
     names: dict[str, str] = {}
     for metric in metrics:
-        frame = scan_inputs(engine, metric, by, keep)
+        frame = scan_inputs(database, metric, by, keep)
         if frame.height == 0:
             notes.append(f"no scanned request has a {metric} value: there is no {metric} series")
             continue

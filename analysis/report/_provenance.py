@@ -18,12 +18,12 @@ from pathlib import Path
 
 import duckdb
 
-from llmslo.analysis.engines import Dialect, Engine, as_engine
+from llmslo.analysis.databases import Database, Dialect, as_database
 from llmslo.analysis.store import IMPORTS_TABLE, META_TABLE, SUMMARY_TABLE
 from llmslo.telemetry import ConfigurationError, LlmsloError, format_duration
 
-Source = duckdb.DuckDBPyConnection | Engine
-"""What these functions read: a DuckDB connection (a store's ``con``) or an engine."""
+Source = duckdb.DuckDBPyConnection | Database
+"""What these functions read: a DuckDB connection (a store's ``con``) or a database."""
 
 __all__ = [
     "ARRIVAL_MAX_UNIX_S",
@@ -84,13 +84,13 @@ class _Record:
     legacy: bool
 
 
-def _records(engine: Engine) -> list[_Record]:
+def _records(database: Database) -> list[_Record]:
     """Every provenance record (with and without arrivals), from the imports table and older metadata."""
     out: list[_Record] = []
-    tables = engine.tables()
+    tables = database.tables()
     if IMPORTS_TABLE in tables:
-        if "id_prefix" in engine.columns(IMPORTS_TABLE):
-            for prefix, source, arrivals, duration, note in engine.tuples(
+        if "id_prefix" in database.columns(IMPORTS_TABLE):
+            for prefix, source, arrivals, duration, note in database.tuples(
                 f"SELECT id_prefix, source, arrivals_available, run_duration_s, run_duration_note "
                 f"FROM {IMPORTS_TABLE} ORDER BY source"
             ):
@@ -101,13 +101,13 @@ def _records(engine: Engine) -> list[_Record]:
                     out.append(_Record(str(prefix), name, bool(arrivals), None if duration is None else float(duration),
                                        None if note is None else str(note), legacy=False))
         else:  # before id_prefix: rows are named "<file name>#<index>"
-            for source, arrivals in engine.tuples(
+            for source, arrivals in database.tuples(
                 f"SELECT source, arrivals_available FROM {IMPORTS_TABLE} ORDER BY source"
             ):
                 name = Path(str(source)).name
                 out.append(_Record(name.split("#", 1)[0], name, bool(arrivals), None, None, legacy=True))
     if META_TABLE in tables:
-        for key, value in engine.tuples(
+        for key, value in database.tuples(
             f"SELECT key, value FROM {META_TABLE} WHERE key LIKE 'import:%' ORDER BY key"
         ):
             try:
@@ -147,10 +147,10 @@ def arrivalless_imports(con: Source) -> dict[str, ArrivallessImport]:
     """The imports whose rows carry no arrival times, keyed by their rows' ``request_id`` prefix.
 
     Empty for a store without imports, or whose imports all recorded arrival times (then the rows need
-    no join with the provenance at all). ``con``: a DuckDB connection or an engine.
+    no join with the provenance at all). ``con``: a DuckDB connection or a database.
     """
     by_prefix: dict[str, list[_Record]] = {}
-    for r in _records(as_engine(con)):
+    for r in _records(as_database(con)):
         by_prefix.setdefault(r.prefix, []).append(r)
     return {prefix: _resolve(prefix, records) for prefix, records in sorted(by_prefix.items())
             if any(not r.arrivals for r in records)}
@@ -168,18 +168,18 @@ def stored_arrival_range(con: Source) -> tuple[float, float] | None:
 
     Raises :class:`ReportDataError`, naming up to three rows, when an arrival time is not a finite number
     between :data:`ARRIVAL_MIN_UNIX_S` and :data:`ARRIVAL_MAX_UNIX_S`: no window, span or calendar date
-    can be computed from it. ``con``: a DuckDB connection or an engine.
+    can be computed from it. ``con``: a DuckDB connection or a database.
     """
-    engine = as_engine(con)
-    d = engine.dialect
+    database = as_database(con)
+    d = database.dialect
     bad = unplaceable_arrival(d)
-    lo, hi, n_bad = engine.tuples(
+    lo, hi, n_bad = database.tuples(
         f"SELECT {d.min_of('arrival_unix_s')}, {d.max_of('arrival_unix_s')}, {d.count_if(bad)} "
-        f"FROM {engine.summaries}"
+        f"FROM {database.summaries}"
     )[0]
     if n_bad:
-        examples = engine.tuples(
-            f"SELECT request_id, arrival_unix_s FROM {engine.summaries} WHERE {bad} "
+        examples = database.tuples(
+            f"SELECT request_id, arrival_unix_s FROM {database.summaries} WHERE {bad} "
             "ORDER BY request_id LIMIT 3"
         )
         shown = ", ".join(f"{rid!r} ({float(t)!r})" for rid, t in examples)
@@ -210,18 +210,18 @@ def placeable_rows(con: Source) -> PlaceableRows:
 
     Raises :class:`ReportDataError` for an arrival time that cannot be placed at all
     (:func:`stored_arrival_range`). Rows that came from imports without arrival times are left out; no
-    join with the provenance is made when there are none. ``con``: a DuckDB connection or an engine (the
-    condition is then written in the engine's SQL, over its summaries).
+    join with the provenance is made when there are none. ``con``: a DuckDB connection or a database (the
+    condition is then written in the database's SQL, over its summaries).
     """
-    engine = as_engine(con)
-    d = engine.dialect
-    stored_arrival_range(engine)
-    imports = arrivalless_imports(engine)
+    database = as_database(con)
+    d = database.dialect
+    stored_arrival_range(database)
+    imports = arrivalless_imports(database)
     if not imports:
         return PlaceableRows("TRUE", 0, ())
     listed = ", ".join(d.text(p) for p in imports)
     keep = f"NOT ({d.contains_mark('request_id')} AND {d.id_prefix('request_id')} IN ({listed}))"
-    (left_out,) = engine.tuples(f"SELECT count(*) FROM {engine.summaries} WHERE NOT ({keep})")[0]
+    (left_out,) = database.tuples(f"SELECT count(*) FROM {database.summaries} WHERE NOT ({keep})")[0]
     files = tuple(sorted({f for i in imports.values() for f in i.files}))
     return PlaceableRows(keep, int(left_out), files)
 
@@ -240,7 +240,7 @@ def check_window_count(
     Cheap when the arrival range ``arrivals`` (Unix seconds, from :func:`stored_arrival_range`) spans at
     most :data:`MAX_WINDOWS` windows (returns that bound); otherwise the windows that hold a row are
     counted. Raises :class:`ConfigurationError` naming ``option`` and the count when they exceed
-    :data:`MAX_WINDOWS`. ``con``: a DuckDB connection or an engine.
+    :data:`MAX_WINDOWS`. ``con``: a DuckDB connection or a database.
     """
     if arrivals is None:
         return 0
@@ -252,11 +252,11 @@ def check_window_count(
     spanned = math.floor(hi / window_s) - math.floor(lo / window_s) + 1
     if spanned <= MAX_WINDOWS:
         return spanned
-    engine = as_engine(con)
-    d = engine.dialect
+    database = as_database(con)
+    d = database.dialect
     where = "" if until_unix_s is None else f" WHERE arrival_unix_s <= {d.double(until_unix_s)}"
-    (held,) = engine.tuples(
-        f"SELECT count(DISTINCT floor(arrival_unix_s / {d.double(window_s)})) FROM {engine.summaries}{where}"
+    (held,) = database.tuples(
+        f"SELECT count(DISTINCT floor(arrival_unix_s / {d.double(window_s)})) FROM {database.summaries}{where}"
     )[0]
     if int(held) > MAX_WINDOWS:
         raise ConfigurationError(

@@ -17,7 +17,7 @@ from typing import Any
 
 import duckdb
 
-from llmslo.analysis.engines import Engine, as_engine
+from llmslo.analysis.databases import Database, as_database
 from llmslo.analysis.report._model import (
     Accounting,
     Bucket,
@@ -130,13 +130,13 @@ class ReportSpec:
 
 
 def build_report(
-    con: duckdb.DuckDBPyConnection | Engine,
+    con: duckdb.DuckDBPyConnection | Database,
     spec: ReportSpec,
     *,
     on_progress: ProgressCallback | None = None,
 ) -> Report:
     """Compute the report over the store open on ``con``: a DuckDB connection (``Store.con``) or an
-    :class:`~llmslo.analysis.engines.Engine` (ClickHouse, partitioned Parquet); the same report either way.
+    :class:`~llmslo.analysis.databases.Database` (ClickHouse, partitioned Parquet); the same report either way.
 
     ``on_progress(stage)`` is called as each query starts. ``Report.to_dict()`` is the JSON of
     ``llmslo report --json``: ``policy``, ``until_unix_s`` (the horizon), ``rate_basis`` (window or data
@@ -149,16 +149,16 @@ def build_report(
     in time, and :class:`ConfigurationError` when the window gives more windows than a report holds.
     """
     policy = spec.policy
-    engine = as_engine(con)
+    database = as_database(con)
     # the arrival times are checked first where the windows or the horizon need them; otherwise the main
     # aggregate counts the unplaceable ones (the same rule, no scan of its own)
     check_arrivals_after = policy.window_s is None and spec.until_unix_s is None
     if not check_arrivals_after:
-        arrivals = stored_arrival_range(engine)
+        arrivals = stored_arrival_range(database)
         if policy.window_s is not None:
-            check_window_count(engine, policy.window_s, arrivals, until_unix_s=spec.until_unix_s)
-    imports = arrivalless_imports(engine)
-    raw = fetch_raw(engine, policy, spec.keys, until_unix_s=spec.until_unix_s, arrivalless=tuple(imports),
+            check_window_count(database, policy.window_s, arrivals, until_unix_s=spec.until_unix_s)
+    imports = arrivalless_imports(database)
+    raw = fetch_raw(database, policy, spec.keys, until_unix_s=spec.until_unix_s, arrivalless=tuple(imports),
                     on_progress=on_progress, check_arrivals=check_arrivals_after)
     span = _span(raw, policy, spec.until_unix_s)
     bounds = {name: bucket_bounds(name, policy) for name in LATENCY_INTERVALS}
@@ -171,7 +171,7 @@ def build_report(
     good = sum(g.good for g in groups)
     settled = attempted - in_flight
     totals = Totals(raw.n_total, attempted, good, in_flight, good / settled if settled else None)
-    return Report(SCHEMA_VERSION, tuple(_import_caveats(engine)), policy, spec.keys, rate_basis, DEFINITIONS,
+    return Report(SCHEMA_VERSION, tuple(_import_caveats(database)), policy, spec.keys, rate_basis, DEFINITIONS,
                   totals, tuple(groups), spec.until_unix_s)
 
 
@@ -278,23 +278,23 @@ def _distribution(row: dict[str, Any] | None, alias: str, bounds: Sequence[float
                         (*buckets, Bucket("+Inf", count)))
 
 
-def _import_caveats(engine: Engine) -> list[str]:
+def _import_caveats(database: Database) -> list[str]:
     """What imported rows cannot support, from the provenance that ``llmslo import`` recorded.
 
     Read from :data:`~llmslo.analysis.store.IMPORTS_TABLE`; a store written before that table existed
     kept the same facts as JSON under ``import:<file name>`` keys of its metadata table, read as well.
     """
-    tables = engine.tables()
+    tables = database.tables()
     tools: set[str] = set()
     no_arrivals: list[str] = []
     if IMPORTS_TABLE in tables:
-        for tool, source, arrivals in engine.tuples(
+        for tool, source, arrivals in database.tuples(
             f"SELECT tool, source, arrivals_available FROM {IMPORTS_TABLE} ORDER BY source"
         ):
             tools.add(str(tool))
             if not arrivals:
                 no_arrivals.append(Path(str(source)).name)
-    for key, value in engine.tuples(f"SELECT key, value FROM {META_TABLE} WHERE key LIKE 'import:%' ORDER BY key"):
+    for key, value in database.tuples(f"SELECT key, value FROM {META_TABLE} WHERE key LIKE 'import:%' ORDER BY key"):
         try:
             meta = json.loads(value)
         except json.JSONDecodeError:

@@ -7,9 +7,9 @@ those rows (``<interval>__count``, ``__mean``, ``__q``, ``__max``, ``__le<i>``; 
 ``n``, ``n_events``, ``n_censored``, ``p50``…, ``max_censored_t``) are this module's vocabulary.
 Quantiles are exact (linear interpolation between order statistics, numpy's default).
 
-The SQL is written once per engine through :mod:`llmslo.analysis.engines`: :func:`fetch_raw` takes a DuckDB
-connection (as it always did) or an :class:`~llmslo.analysis.engines.Engine`, and every primitive that the
-engines write differently comes from the engine's :class:`~llmslo.analysis.engines.Dialect` (on DuckDB the
+The SQL is written once per database through :mod:`llmslo.analysis.databases`: :func:`fetch_raw` takes a DuckDB
+connection (as it always did) or an :class:`~llmslo.analysis.databases.Database`, and every primitive that the
+databases write differently comes from the database's :class:`~llmslo.analysis.databases.Dialect` (on DuckDB the
 text is the same as before).
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 
 import duckdb
 
-from llmslo.analysis.engines import Dialect, Engine, as_engine, km_quantiles_by_group_sql
+from llmslo.analysis.databases import Database, Dialect, as_database, km_quantiles_by_group_sql
 from llmslo.analysis.report._policy import GoodputPolicy
 from llmslo.analysis.report._provenance import stored_arrival_range, unplaceable_arrival
 from llmslo.analysis.report._survival import (
@@ -194,7 +194,7 @@ def _pack(specs: Sequence[_Holistic], rows: list[dict[str, Any]], budget_bytes: 
 def _add_distribution(query: _Query, dialect: Dialect, expr: str, alias: str, bounds: Sequence[float],
                       deferred: list[_Holistic] | None = None) -> None:
     """Mean, exact quantiles at :data:`QUANTILES`, max, count and cumulative bucket counts
-    (``<alias>__le<i>``: values ``<= bound i``) of ``expr`` (seconds), as the engine writes them
+    (``<alias>__le<i>``: values ``<= bound i``) of ``expr`` (seconds), as the database writes them
     (:meth:`Dialect.distribution`). With ``deferred`` the quantiles are left out of ``query`` and listed
     there, to run apart (:func:`_run_holistic`)."""
     inner, outer = dialect.distribution(expr, alias, bounds, QUANTILES, with_quantiles=deferred is None)
@@ -204,12 +204,12 @@ def _add_distribution(query: _Query, dialect: Dialect, expr: str, alias: str, bo
         deferred.append(_Holistic(dialect.exact_quantiles(expr, QUANTILES), None, f"{alias}__q", f"{alias}__count"))
 
 
-def _run_holistic(engine: Engine, source: str, keys: tuple[str, ...], rows: list[dict[str, Any]],
+def _run_holistic(database: Database, source: str, keys: tuple[str, ...], rows: list[dict[str, Any]],
                   specs: Sequence[_Holistic], budget_bytes: int) -> None:
     """Compute ``specs`` over ``source`` grouped by ``keys`` and put their results into ``rows`` (matched by key).
 
     An exact quantile holds every value it reads in memory and DuckDB does not spill it; so that a report
-    stays under the engine's memory limit, the aggregates are packed into as few queries as fit
+    stays under the database's memory limit, the aggregates are packed into as few queries as fit
     ``budget_bytes`` (:func:`_pack`). A query that runs out of memory all the same is split in two and run
     again. Raises :class:`~llmslo.telemetry.ConfigurationError` naming ``--memory-limit`` when one of them
     alone does not fit DuckDB's limit.
@@ -227,7 +227,7 @@ def _run_holistic(engine: Engine, source: str, keys: tuple[str, ...], rows: list
         for spec in batch:
             q.add(spec.aggregate(), spec.alias)
         try:
-            found = engine.rows(q.sql(keys, source))
+            found = database.rows(q.sql(keys, source))
         except duckdb.OutOfMemoryException:
             if len(batch) > 1:  # the estimate was short: half the batch at a time
                 half = len(batch) // 2
@@ -247,7 +247,7 @@ def _run_holistic(engine: Engine, source: str, keys: tuple[str, ...], rows: list
                 target.update({spec.alias: r[spec.alias] for spec in batch})
 
 
-def _run_main(engine: Engine, query: _Query, keys: tuple[str, ...], source: str, deferred: list[_Holistic],
+def _run_main(database: Database, query: _Query, keys: tuple[str, ...], source: str, deferred: list[_Holistic],
               inline: int) -> tuple[list[dict[str, Any]], list[_Holistic]]:
     """The rows of the main aggregate ``query``, which also holds the first ``inline`` of the ``deferred`` exact
     quantiles (as many as fit the budget however many values they read), and the quantiles left to compute. When
@@ -257,10 +257,10 @@ def _run_main(engine: Engine, query: _Query, keys: tuple[str, ...], source: str,
         for spec in deferred[:inline]:
             holding.add(spec.aggregate(), spec.alias)
         try:
-            return engine.rows(holding.sql(keys, source)), deferred[inline:]
+            return database.rows(holding.sql(keys, source)), deferred[inline:]
         except duckdb.OutOfMemoryException:
             pass
-    return engine.rows(query.sql(keys, source)), deferred
+    return database.rows(query.sql(keys, source)), deferred
 
 
 def finite(value: Any) -> float | None:
@@ -308,7 +308,7 @@ def _match(keys: Sequence[str], left: str, right: str) -> str:
 
 
 def fetch_raw(
-    con: duckdb.DuckDBPyConnection | Engine,
+    con: duckdb.DuckDBPyConnection | Database,
     policy: GoodputPolicy,
     keys: tuple[str, ...],
     *,
@@ -317,7 +317,7 @@ def fetch_raw(
     on_progress: ProgressCallback | None = None,
     check_arrivals: bool = False,
 ) -> RawReport:
-    """Run the report's queries over the store open on ``con`` (a DuckDB connection or an engine), grouped by
+    """Run the report's queries over the store open on ``con`` (a DuckDB connection or a database), grouped by
     ``keys`` (columns, and
     :data:`WINDOW_KEY` when the policy has a window), at the horizon ``until_unix_s`` (Unix seconds;
     None: when the data was taken, so no stored row is in flight), telling apart the rows whose
@@ -339,34 +339,34 @@ def fetch_raw(
     4. only when some group has censored rows, Kaplan–Meier by the ranking method over the admitted
        rows of those groups, and of no other group (:func:`_censoring_aware`).
 
-    Under a memory budget (:attr:`Engine.holistic_budget_bytes`), when the exact quantiles of step 2 could
+    Under a memory budget (:attr:`Database.holistic_budget_bytes`), when the exact quantiles of step 2 could
     together exceed it, the main aggregate holds only as many as fit it even if every row held a value of each,
     and the others run apart in as few queries as fit it (:func:`_run_holistic`).
 
-    On an engine without the ``quantile_disc`` shortcut (ClickHouse), step 2 computes no inverse CDF and
+    On a database without the ``quantile_disc`` shortcut (ClickHouse), step 2 computes no inverse CDF and
     step 4 runs for every group with admitted rows (one array per group: see
-    :func:`~llmslo.analysis.engines.km_quantiles_by_group_sql`).
+    :func:`~llmslo.analysis.databases.km_quantiles_by_group_sql`).
 
     The finish reasons are the closed set and never null (the store's contract); bucket counts assume
     finite values (the store holds no others). With ``check_arrivals`` (only without a horizon: every row
     is aggregated) the main aggregate also counts the rows whose arrival time cannot be placed, and
     :func:`~llmslo.analysis.report.stored_arrival_range` raises its error naming them when there are any.
     """
-    engine = as_engine(con)
-    d = engine.dialect
+    database = as_database(con)
+    d = database.dialect
     text = d.text
-    base = _base_sql(policy, until_unix_s, arrivalless, d, engine.summaries)
+    base = _base_sql(policy, until_unix_s, arrivalless, d, database.summaries)
     bounds = {name: bucket_bounds(name, policy) for name in LATENCY_INTERVALS}
-    probes = {k: v for k, v in _presence(d).items() if k not in engine.empty_lists}
-    present = {k: bool(v) for k, v in zip(probes, engine.tuples(_presence_sql(d, engine.summaries, probes))[0],
+    probes = {k: v for k, v in _presence(d).items() if k not in database.empty_lists}
+    present = {k: bool(v) for k, v in zip(probes, database.tuples(_presence_sql(d, database.summaries, probes))[0],
                                           strict=True)}
     present.update({k: False for k in _presence(d) if k not in probes})
-    budget = engine.holistic_budget_bytes
+    budget = database.holistic_budget_bytes
     inline = 0  # how many exact quantiles the main aggregate holds, when the others are deferred
     if budget is not None:
         # every exact quantile inside the main aggregate, unless together they could exceed the budget (an upper
         # bound: every row holds a value of every one of them); then as many as fit it at that bound
-        (rows,) = engine.tuples(f"SELECT count(*) FROM {engine.summaries}")[0]
+        (rows,) = database.tuples(f"SELECT count(*) FROM {database.summaries}")[0]
         if HOLISTIC_BYTES_PER_VALUE * int(rows) * (sum(present.values()) + 2) <= budget:
             budget = None
         else:
@@ -462,15 +462,15 @@ def fetch_raw(
     else:
         filled.update({"so__n": 0, "so__q": None})
         q.outer += ["NULL AS __inverse_cdf_q", "0 AS __admitted_ttft"]
-    main, rest = _run_main(engine, q, keys, base, deferred or [], inline)
+    main, rest = _run_main(database, q, keys, base, deferred or [], inline)
     if check_arrivals:
         unplaceable = sum(int(row.pop("__unplaceable") or 0) for row in main)
         if unplaceable:
-            stored_arrival_range(engine)  # raises ReportDataError naming the rows
+            stored_arrival_range(database)  # raises ReportDataError naming the rows
     if budget is not None:
         if on_progress and rest:
             on_progress("exact quantiles")
-        _run_holistic(engine, base, keys, main, rest, budget)
+        _run_holistic(database, base, keys, main, rest, budget)
         if so_from_ttft:
             positions = [QUANTILES.index(sq) for sq in SURVIVOR_QUANTILES]
             for row in main:
@@ -504,13 +504,13 @@ def fetch_raw(
         _add_distribution(itl, d, "g", "itl_s", bounds["itl_s"], itl_deferred)
         gaps = (f"SELECT {', '.join([*keys, d.unnest('itl_s') + ' AS g'])} FROM ({base}) "
                 f"WHERE {d.has_elements('itl_s')}")
-        found = engine.rows(itl.sql(keys, gaps))
+        found = database.rows(itl.sql(keys, gaps))
         if itl_deferred is not None and budget is not None:
-            _run_holistic(engine, gaps, keys, found, itl_deferred, budget)
+            _run_holistic(database, gaps, keys, found, itl_deferred, budget)
         for itl_row in found:
             itl_rows[tuple(itl_row[k] for k in keys)] = itl_row
 
-    km = _censoring_aware(engine, base, keys, admitted_groups, on_progress)
+    km = _censoring_aware(database, base, keys, admitted_groups, on_progress)
     return RawReport(keys, n_total, finite(span_from), finite(span_to), main, itl_rows, km)
 
 
@@ -554,7 +554,7 @@ def _in_list(key: str, values: Sequence[Any]) -> str | None:
 
 
 def _censoring_aware(
-    engine: Engine,
+    database: Database,
     base: str,
     keys: tuple[str, ...],
     admitted: dict[Key, _AdmittedGroup],
@@ -571,12 +571,12 @@ def _censoring_aware(
     elements of list parameters, and each text key column also filters the scan by the values it takes
     among them (a superset DuckDB pushes into the scan; the join on all keys then picks the rows).
 
-    An engine without the shortcut (ClickHouse) answers every admitted group by
-    :func:`~llmslo.analysis.engines.km_quantiles_by_group_sql`: one query grouped by the keys.
+    A database without the shortcut (ClickHouse) answers every admitted group by
+    :func:`~llmslo.analysis.databases.km_quantiles_by_group_sql`: one query grouped by the keys.
     """
     labels = [quantile_label(q) for q in SURVIVOR_QUANTILES]
     max_n = inverse_cdf_max_n(SURVIVOR_QUANTILES)
-    shortcut = engine.dialect.inverse_cdf_shortcut
+    shortcut = database.dialect.inverse_cdf_shortcut
     km: dict[Key, dict[str, Any]] = {}
     ranked: list[Key] = []
     for key, g in admitted.items():
@@ -595,7 +595,7 @@ def _censoring_aware(
         wanted = set(ranked)
         source = (f"SELECT {''.join(f'{k}, ' for k in keys)}coalesce(ttft_s, e2e_s) AS t, ttft_s IS NOT NULL AS event "
                   f"FROM ({base}) AS b WHERE {ADMITTED}")
-        for r in engine.rows(km_quantiles_by_group_sql(source, keys, SURVIVOR_QUANTILES, labels)):
+        for r in database.rows(km_quantiles_by_group_sql(source, keys, SURVIVOR_QUANTILES, labels)):
             key = tuple(r[k] for k in keys)
             if key in wanted:
                 km[key] = {**dict(zip(keys, key, strict=True)), **{c: r[c] for c in fields}}
@@ -616,7 +616,7 @@ def _censoring_aware(
         f"_km_res AS ({km_quantiles_by_id_sql(source, SURVIVOR_QUANTILES)})\n"
         f"SELECT _km_gid, {', '.join(fields)} FROM _km_res"
     )
-    for r in engine.rows(sql, columns) if columns else engine.rows(sql):
+    for r in database.rows(sql, columns) if columns else database.rows(sql):
         key = ranked[int(r["_km_gid"])]
         km[key] = {**dict(zip(keys, key, strict=True)), **{c: r[c] for c in fields}}
     return km

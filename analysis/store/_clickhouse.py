@@ -164,7 +164,7 @@ class ClickHouseStore:
             raise StoreError(f"{shown} holds a table {SUMMARY_TABLE} but no {META_TABLE}: it was not made by llmslo; "
                              "choose another database (?database=NAME)")
         if not create:
-            raise StoreError(f"no store at {shown}: create one with `llmslo ingest FILES --engine clickhouse "
+            raise StoreError(f"no store at {shown}: create one with `llmslo ingest FILES --database clickhouse "
                              f"--url URL`")
         self.client.command(clickhouse_summary_ddl())
         self.client.command(clickhouse_meta_ddl())

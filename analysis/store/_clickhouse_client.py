@@ -51,7 +51,7 @@ class ClickHouseError(StoreError):
 
 
 def _no_store(url: ClickHouseUrl) -> ClickHouseError:
-    return ClickHouseError(f"no store at {url.shown}: create one with `llmslo ingest FILES --engine clickhouse "
+    return ClickHouseError(f"no store at {url.shown}: create one with `llmslo ingest FILES --database clickhouse "
                            "--url URL`")
 
 
@@ -124,7 +124,7 @@ def _redact(url: str) -> str:
 
 
 class ClickHouseClient(Protocol):
-    """What the store and the engine need of a ClickHouse connection."""
+    """What the store and the database need of a ClickHouse connection."""
 
     url: ClickHouseUrl
 

@@ -22,10 +22,10 @@ from llmslo.analysis import (
     detect_anomalies,
     polars_schema,
 )
-from llmslo.analysis.engines import ClickHouseEngine, DuckDBEngine, km_quantiles_by_group_sql
+from llmslo.analysis.databases import ClickHouseDatabase, DuckDBDatabase, km_quantiles_by_group_sql
 from llmslo.analysis.report import km_quantiles
 from llmslo.telemetry import COLUMNS
-from llmslo.tests._engines_support import copy_to_clickhouse, differences, fresh_clickhouse
+from llmslo.tests._databases_support import copy_to_clickhouse, differences, fresh_clickhouse
 from llmslo.tests._rows import cancelled_row, ok_row, rejected_row
 
 T0 = 1_700_000_000.0
@@ -38,8 +38,8 @@ def _store(path: Path, rows: list[dict[str, Any]]) -> Store:
     return store
 
 
-class _Recording(ClickHouseEngine):
-    """A ClickHouse engine that keeps every query it runs."""
+class _Recording(ClickHouseDatabase):
+    """A ClickHouse database that keeps every query it runs."""
 
     queries: list[str]
 
@@ -60,14 +60,14 @@ def test_quantiles_stay_exact_beyond_clickhouses_sampling_size(tmp_path: Path) -
             for i, t in enumerate(ttft)]
     with _store(tmp_path / "s.duckdb", rows) as store, fresh_clickhouse() as ch:
         copy_to_clickhouse(store.con, ch)
-        engine = _Recording(ch)
-        engine.queries = []
-        lat = build_report(engine, ReportSpec(GoodputPolicy())).to_dict()["groups"][0]["latency"]["ttft_s"]
+        database = _Recording(ch)
+        database.queries = []
+        lat = build_report(database, ReportSpec(GoodputPolicy())).to_dict()["groups"][0]["latency"]["ttft_s"]
         np.testing.assert_allclose([lat["p50"], lat["p90"], lat["p95"], lat["p99"]],
                                    np.percentile(ttft, [50, 90, 95, 99]), rtol=1e-12, atol=0)
         sampled = ch.client.query_arrow("SELECT quantiles(0.5, 0.9, 0.95, 0.99)(ttft_s) AS q FROM request_summaries")
         assert sampled.column("q")[0].as_py() != [lat["p50"], lat["p90"], lat["p95"], lat["p99"]]
-    used = [q for q in engine.queries if "quantile" in q.lower()]
+    used = [q for q in database.queries if "quantile" in q.lower()]
     assert used and not any(re.search(r"\bquantiles?\(", q) for q in used)
     assert all("quantilesExactInclusive" in q for q in used if "ttft_s__q" in q)
 
@@ -90,7 +90,7 @@ def test_kaplan_meier_by_array_equals_duckdbs_ranking_with_ties_and_censoring(ro
     with fresh_clickhouse() as ch:
         ch.client.command("CREATE TABLE src (g String, t Float64, event Bool) ENGINE = MergeTree ORDER BY g")
         ch.client.insert_arrow("src", frame.to_arrow())
-        got = ClickHouseEngine(ch).rows(km_quantiles_by_group_sql("SELECT * FROM src", ["g"], qs, labels))
+        got = ClickHouseDatabase(ch).rows(km_quantiles_by_group_sql("SELECT * FROM src", ["g"], qs, labels))
     assert differences(want, got) == []
 
 
@@ -101,7 +101,7 @@ def test_kaplan_meier_counts_a_censoring_at_an_event_time_after_the_event() -> N
         ch.client.command("CREATE TABLE src (t Float64, event Bool) ENGINE = MergeTree ORDER BY t")
         ch.client.insert_arrow("src", frame.to_arrow())
         sql = km_quantiles_by_group_sql("SELECT * FROM src", [], [0.5, 0.6], ["p50", "p60"])
-        (row,) = ClickHouseEngine(ch).rows(sql)
+        (row,) = ClickHouseDatabase(ch).rows(sql)
     # S(1) = 3/4, S(2) = 3/4 * 2/3 = 1/2 (three at risk at 2 s, the censored one among them), S(3) = 0;
     # counting the censoring first would give S(2) = 3/8 and a p60 of 2 s
     assert (row["n"], row["n_events"], row["n_censored"], row["max_censored_t"]) == (4, 3, 1, 2.0)
@@ -109,13 +109,13 @@ def test_kaplan_meier_counts_a_censoring_at_an_event_time_after_the_event() -> N
 
 
 def test_the_tolerance_of_both_kaplan_meier_forms_is_one() -> None:
-    from llmslo.analysis.engines import _clickhouse
+    from llmslo.analysis.databases import _clickhouse
     from llmslo.analysis.report import _survival
 
     assert _clickhouse.KM_TOLERANCE == _survival.KM_TOLERANCE
 
 
-def test_the_ks_scan_finds_the_same_shift_on_both_engines(tmp_path: Path) -> None:
+def test_the_ks_scan_finds_the_same_shift_on_both_databases(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     rows = []
     for i in range(6_000):
@@ -129,7 +129,7 @@ def test_the_ks_scan_finds_the_same_shift_on_both_engines(tmp_path: Path) -> Non
     with _store(tmp_path / "s.duckdb", rows) as store, fresh_clickhouse() as ch:
         copy_to_clickhouse(store.con, ch)
         duck = detect_anomalies(store.con, cfg, metrics=("ttft", "e2e", "tpot"), by=("model",))
-        click = detect_anomalies(ClickHouseEngine(ch), cfg, metrics=("ttft", "e2e", "tpot"), by=("model",))
+        click = detect_anomalies(ClickHouseDatabase(ch), cfg, metrics=("ttft", "e2e", "tpot"), by=("model",))
     assert duck.findings, "the shift is found"
     assert differences(duck.to_dict(), click.to_dict()) == []
     assert {k: [w.__dict__ for w in v] for k, v in duck.windows.items()} == \
@@ -140,9 +140,9 @@ def test_a_duckdb_engine_and_its_connection_give_one_report(tmp_path: Path) -> N
     rows = [ok_row(i) for i in range(30)] + [cancelled_row(100 + i) for i in range(4)]
     with _store(tmp_path / "s.duckdb", rows) as store:
         spec = ReportSpec(GoodputPolicy(window_s=5.0), by=("finish_reason",))
-        assert build_report(DuckDBEngine(store.con), spec).to_dict() == build_report(store.con, spec).to_dict()
+        assert build_report(DuckDBDatabase(store.con), spec).to_dict() == build_report(store.con, spec).to_dict()
 
 
 def test_a_clickhouse_engine_takes_no_query_parameters() -> None:
     with fresh_clickhouse() as ch, pytest.raises(ValueError, match="no query parameters"):
-        ClickHouseEngine(ch).rows("SELECT 1", [1])
+        ClickHouseDatabase(ch).rows("SELECT 1", [1])

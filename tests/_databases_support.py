@@ -1,4 +1,4 @@
-"""Test support for the engine suites: a DuckDB store copied into ClickHouse (chdb), and reports compared.
+"""Test support for the database suites: a DuckDB store copied into ClickHouse (chdb), and reports compared.
 
 chdb embeds one ClickHouse per process, bound to one folder: every test of a pytest process shares
 :func:`chdb_folder`, each copy in a database of its own (dropped afterwards).
@@ -19,13 +19,13 @@ from typing import Any
 import duckdb
 import pytest
 
-from llmslo.analysis.engines import ClickHouseEngine
+from llmslo.analysis.databases import ClickHouseDatabase
 from llmslo.analysis.store import META_TABLE, SUMMARY_TABLE, ClickHouseStore
 
-chdb = pytest.importorskip("chdb", reason="the engine suites need chdb (embedded ClickHouse): pip install chdb")
+chdb = pytest.importorskip("chdb", reason="the database suites need chdb (embedded ClickHouse): pip install chdb")
 
 REL_TOL = 1e-12
-"""Floats that both engines compute exactly (quantiles by interpolation, means, rates) agree to this."""
+"""Floats that both databases compute exactly (quantiles by interpolation, means, rates) agree to this."""
 
 _FOLDER: list[Path] = []
 _COUNTER = itertools.count()
@@ -155,7 +155,7 @@ class _Copies:
 _COPIES = _Copies()
 
 
-def on_both_engines(build: Callable[..., Any]) -> Callable[..., Any]:
+def on_both_databases(build: Callable[..., Any]) -> Callable[..., Any]:
     """``build(con, spec, ...)`` that also runs on a ClickHouse copy of the store and asserts the same result:
     the same ``to_dict()`` (see :func:`differences`), or the same error (type and message)."""
 
@@ -165,13 +165,13 @@ def on_both_engines(build: Callable[..., Any]) -> Callable[..., Any]:
             result = build(con, *args, **kwargs)
         except Exception as exc:  # re-raised below, after ClickHouse said the same
             error = exc
-        engine = ClickHouseEngine(_COPIES.of(con))
+        database = ClickHouseDatabase(_COPIES.of(con))
         if error is not None:
             with pytest.raises(type(error)) as other:
-                build(engine, *args, **kwargs)
+                build(database, *args, **kwargs)
             assert str(other.value) == str(error)
             raise error
-        theirs = build(engine, *args, **kwargs)
+        theirs = build(database, *args, **kwargs)
         problems = differences(result.to_dict(), theirs.to_dict())
         assert not problems, "DuckDB and ClickHouse disagree:\n" + "\n".join(problems[:30])
         return result

@@ -1,8 +1,8 @@
-"""What the report asks of a query engine: run SQL, list tables, and write each primitive in its dialect.
+"""What the report asks of a database: run SQL, list tables, and write each primitive in its dialect.
 
-:class:`Engine` runs a query and answers rows (dicts or tuples) or a polars frame; :class:`Dialect` is the SQL
+:class:`Database` runs a query and answers rows (dicts or tuples) or a polars frame; :class:`Dialect` is the SQL
 of the report's primitives. The base :class:`Dialect` is DuckDB's, the report's SQL as it was written for
-DuckDB (:class:`~llmslo.analysis.engines.ClickHouseDialect` overrides what ClickHouse writes differently):
+DuckDB (:class:`~llmslo.analysis.databases.ClickHouseDialect` overrides what ClickHouse writes differently):
 
 * exact quantiles (:meth:`Dialect.exact_quantiles`, linear interpolation between order statistics);
 * SLO-aligned bucket counts (:meth:`Dialect.distribution`: count, mean, quantiles, max, cumulative counts at
@@ -11,7 +11,7 @@ DuckDB (:class:`~llmslo.analysis.engines.ClickHouseDialect` overrides what Click
   :meth:`Dialect.count_if`) and token sums (:meth:`Dialect.sum_where`);
 * the censoring-aware TTFT (Kaplan–Meier: DuckDB ranks rows in a window, ClickHouse sorts one array per
   group; :attr:`Dialect.inverse_cdf_shortcut` says whether the main aggregate answers uncensored groups);
-* the inputs of the windowed KS scan (:meth:`Engine.frame` of a plain query, the same on both).
+* the inputs of the windowed KS scan (:meth:`Database.frame` of a plain query, the same on both).
 
 Every summary query names the table :data:`~llmslo.analysis.store.SUMMARY_TABLE` without a schema: a DuckDB
 store, a DuckDB view over Parquet files and a ClickHouse database all answer to that name.
@@ -34,7 +34,7 @@ from llmslo.telemetry import ConfigurationError
 if TYPE_CHECKING:
     import polars as pl
 
-__all__ = ["Dialect", "DuckDBEngine", "Engine", "TimeRange", "as_engine"]
+__all__ = ["Dialect", "DuckDBDatabase", "Database", "TimeRange", "as_database"]
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ class Dialect:
     name = "duckdb"
     inverse_cdf_shortcut = True
     """Whether the main aggregate answers the Kaplan–Meier TTFT of groups without censoring (DuckDB's exact
-    ``quantile_disc``); otherwise every admitted group goes through :meth:`Engine` 's Kaplan–Meier query."""
+    ``quantile_disc``); otherwise every admitted group goes through :meth:`Database` 's Kaplan–Meier query."""
 
     def double(self, value: float) -> str:
         """An exact DOUBLE literal (parsed from the shortest round-trip text)."""
@@ -207,7 +207,7 @@ class Dialect:
         return inner, outer
 
 
-class Engine(ABC):
+class Database(ABC):
     """Where the request summaries are, and how to query them: see the module docstring.
 
     :attr:`summaries` is the relation the summary queries read: the table, or a subquery of it restricted
@@ -246,19 +246,19 @@ class Engine(ABC):
         """Column names of ``table``."""
 
     def query_progress(self) -> float | None:
-        """Percent done of the query running now (from another thread), None when the engine cannot tell."""
+        """Percent done of the query running now (from another thread), None when the database cannot tell."""
         return None
 
-    def close(self) -> None:  # noqa: B027 - most engines hold nothing of their own to release
-        """Release what the engine opened itself (not a connection it was given)."""
+    def close(self) -> None:  # noqa: B027 - most databases hold nothing of their own to release
+        """Release what the database opened itself (not a connection it was given)."""
 
 
-class DuckDBEngine(Engine):
+class DuckDBDatabase(Database):
     """A DuckDB connection: a store (:class:`~llmslo.analysis.store.Store` ``.con``) or a view over Parquet files.
 
     Queries go through ``con.sql`` exactly as the report always sent them, so any object with DuckDB's
     ``sql`` method (a wrapper that records or times queries) can stand in for the connection. ``owned``: the
-    engine closes the connection in :meth:`close`.
+    database closes the connection in :meth:`close`.
     """
 
     name = "duckdb"
@@ -307,6 +307,6 @@ class DuckDBEngine(Engine):
             self.con.close()
 
 
-def as_engine(source: duckdb.DuckDBPyConnection | Engine) -> Engine:
-    """``source`` as an :class:`Engine`: an engine as it is, anything else as a DuckDB connection."""
-    return source if isinstance(source, Engine) else DuckDBEngine(source)
+def as_database(source: duckdb.DuckDBPyConnection | Database) -> Database:
+    """``source`` as a :class:`Database`: a database as it is, anything else as a DuckDB connection."""
+    return source if isinstance(source, Database) else DuckDBDatabase(source)

@@ -1,4 +1,4 @@
-"""The report's primitives on ClickHouse: the dialect, the engine, and Kaplan–Meier by one array per group.
+"""The report's primitives on ClickHouse: the dialect, the database, and Kaplan–Meier by one array per group.
 
 Exact where DuckDB is exact: quantiles are ``quantilesExactInclusive`` (linear interpolation between order
 statistics, numpy's default: the same definition as DuckDB's ``quantile_cont``), never the sampled
@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from llmslo.analysis.engines._base import Dialect, Engine, TimeRange, _quote
+from llmslo.analysis.databases._base import Database, Dialect, TimeRange, _quote
 from llmslo.analysis.store import SUMMARY_TABLE, ClickHouseClient, ClickHouseStore
 
 if TYPE_CHECKING:
     import polars as pl
 
-__all__ = ["ClickHouseDialect", "ClickHouseEngine", "km_quantiles_by_group_sql"]
+__all__ = ["ClickHouseDialect", "ClickHouseDatabase", "km_quantiles_by_group_sql"]
 
 KM_TOLERANCE = 1e-12
 """As :data:`llmslo.analysis.report._survival.KM_TOLERANCE` (the report checks that they agree)."""
@@ -152,7 +152,7 @@ FROM (
 ){order}"""
 
 
-class ClickHouseEngine(Engine):
+class ClickHouseDatabase(Database):
     """A ClickHouse store (:class:`~llmslo.analysis.store.ClickHouseStore`, embedded chdb or a server).
 
     With a bounded ``time_range`` the summary queries read only the arrivals in it (ClickHouse prunes the
@@ -170,13 +170,13 @@ class ClickHouseEngine(Engine):
             self.summaries = f"(SELECT * FROM {SUMMARY_TABLE} WHERE {time_range.condition()})"
 
     @classmethod
-    def open(cls, url: str, *, time_range: TimeRange | None = None) -> ClickHouseEngine:
-        """An engine over the existing store at ``url`` (nothing is created)."""
+    def open(cls, url: str, *, time_range: TimeRange | None = None) -> ClickHouseDatabase:
+        """A database over the existing store at ``url`` (nothing is created)."""
         return cls(ClickHouseStore.open(url, create=False), owned=True, time_range=time_range)
 
     def _table(self, sql: str, params: list[Any] | None) -> pa.Table:
         if params:
-            raise ValueError("the ClickHouse engine takes no query parameters: write literals")
+            raise ValueError("the ClickHouse database takes no query parameters: write literals")
         return self.client.query_arrow(sql)
 
     def rows(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:

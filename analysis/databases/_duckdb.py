@@ -1,4 +1,4 @@
-"""DuckDB engines beyond one store file: partitioned Parquet out of core, and a store seen through a time range.
+"""DuckDB databases beyond one store file: partitioned Parquet out of core, and a store seen through a time range.
 
 :func:`open_parquet` reads the files that :class:`~llmslo.analysis.store.ParquetSummaryWriter` writes
 (hive-partitioned, ``date=YYYY-MM-DD/hour=HH/*.parquet`` by UTC arrival) lazily: an in-memory DuckDB with a
@@ -33,7 +33,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llmslo.analysis.engines._base import DuckDBEngine, TimeRange, _day_hour
+from llmslo.analysis.databases._base import DuckDBDatabase, TimeRange, _day_hour
 from llmslo.analysis.store import IMPORTS_TABLE, META_TABLE, SUMMARY_TABLE, StoreError, table_names
 from llmslo.telemetry import COLUMNS, SCHEMA_VERSION, ConfigurationError
 
@@ -88,7 +88,7 @@ def _connect(memory_limit: int | None, temp_directory: str | None) -> duckdb.Duc
 
 
 def quiet_progress(con: duckdb.DuckDBPyConnection) -> None:
-    """Keep the progress of long queries readable (:meth:`DuckDBEngine.query_progress`) but never printed by
+    """Keep the progress of long queries readable (:meth:`DuckDBDatabase.query_progress`) but never printed by
     DuckDB itself, which would mix its bar with the report on standard output."""
     con.execute("SET enable_progress_bar = true")
     con.execute("SET enable_progress_bar_print = false")
@@ -227,8 +227,8 @@ def open_parquet(
     memory_limit: int | None = None,
     time_range: TimeRange | None = None,
     temp_directory: str | None = None,
-) -> DuckDBEngine:
-    """An engine over the request-summary Parquet files of ``source`` (a folder, or a glob such as
+) -> DuckDBDatabase:
+    """A database over the request-summary Parquet files of ``source`` (a folder, or a glob such as
     ``'DIR/**/*.parquet'``), read lazily: see the module docstring.
 
     ``memory_limit`` (bytes) is DuckDB's own limit (it spills to ``temp_directory``, default the system's
@@ -264,9 +264,9 @@ def open_parquet(
     except duckdb.Error as exc:
         con.close()
         raise StoreError(f"--source {source}: cannot read the files: {exc}") from None
-    engine = DuckDBEngine(con, owned=True, holistic_budget_bytes=_budget(memory_limit))
-    engine.empty_lists = empty_lists
-    return engine
+    database = DuckDBDatabase(con, owned=True, holistic_budget_bytes=_budget(memory_limit))
+    database.empty_lists = empty_lists
+    return database
 
 
 def _empty_meta(con: duckdb.DuckDBPyConnection) -> None:
@@ -280,8 +280,8 @@ def open_store_range(
     *,
     memory_limit: int | None = None,
     temp_directory: str | None = None,
-) -> DuckDBEngine:
-    """An engine over the DuckDB store at ``path`` (opened read-only) showing only the arrivals in ``time_range``.
+) -> DuckDBDatabase:
+    """A database over the DuckDB store at ``path`` (opened read-only) showing only the arrivals in ``time_range``.
 
     The store's provenance and metadata tables are copied (they are small); the summaries are a view. Raises
     :class:`StoreError` when ``path`` is no store.
@@ -308,5 +308,5 @@ def open_store_range(
     except BaseException:
         con.close()
         raise
-    return DuckDBEngine(con, owned=True, holistic_budget_bytes=_budget(memory_limit))
+    return DuckDBDatabase(con, owned=True, holistic_budget_bytes=_budget(memory_limit))
 

@@ -1,9 +1,9 @@
-"""Every report test, run again on both engines: each ``build_report`` call also runs on a ClickHouse (chdb)
+"""Every report test, run again on both databases: each ``build_report`` call also runs on a ClickHouse (chdb)
 copy of the same store and must give the same report (counts, keys, verdicts and texts exact; quantiles,
 means and rates within 1e-12) or raise the same error.
 
 The tests are those of ``test_analysis_report`` and ``test_report_rates`` that call ``build_report`` in this
-process (the ones that run the command in a subprocess stay DuckDB's: the command's engine options have
+process (the ones that run the command in a subprocess stay DuckDB's: the command's database options have
 their own tests in ``test_fleet_cli``). The module's own tests check the comparison itself.
 """
 
@@ -18,19 +18,19 @@ import polars as pl
 import pytest
 
 from llmslo.analysis import GoodputPolicy, ReportSpec, Store, build_report, polars_schema
-from llmslo.analysis.engines import ClickHouseEngine
+from llmslo.analysis.databases import ClickHouseDatabase
 from llmslo.telemetry import COLUMNS
 from llmslo.tests import test_analysis_report, test_report_rates
-from llmslo.tests._engines_support import copy_to_clickhouse, differences, fresh_clickhouse, on_both_engines
+from llmslo.tests._databases_support import copy_to_clickhouse, differences, fresh_clickhouse, on_both_databases
 from llmslo.tests._rows import cancelled_row, ok_row, rejected_row
 
 SUITES: tuple[types.ModuleType, ...] = (test_analysis_report, test_report_rates)
 
 
 @pytest.fixture(autouse=True)
-def _report_on_both_engines(monkeypatch: pytest.MonkeyPatch) -> None:
+def _report_on_both_databases(monkeypatch: pytest.MonkeyPatch) -> None:
     for module in SUITES:
-        monkeypatch.setattr(module, "build_report", on_both_engines(build_report))
+        monkeypatch.setattr(module, "build_report", on_both_databases(build_report))
 
 
 def _in_process(fn: Any) -> bool:
@@ -76,23 +76,24 @@ def test_the_clickhouse_copy_reports_the_same_store(tmp_path: Path) -> None:
         assert ch.count() == store.count() == len(rows)
         for spec in (ReportSpec(GoodputPolicy()), ReportSpec(GoodputPolicy(window_s=10.0), by=("finish_reason",))):
             duck = build_report(store.con, spec).to_dict()
-            click = build_report(ClickHouseEngine(ch), spec).to_dict()
+            click = build_report(ClickHouseDatabase(ch), spec).to_dict()
             assert differences(duck, click) == []
             assert duck["groups"][0]["attempted"] > 0
         # breaking one stored value on one side is seen
         ch.client.command("ALTER TABLE request_summaries UPDATE ttft_s = ttft_s + 1 WHERE request_id = 'req-3' "
                           "SETTINGS mutations_sync = 2")
         spec = ReportSpec(GoodputPolicy())
-        found = differences(build_report(store.con, spec).to_dict(), build_report(ClickHouseEngine(ch), spec).to_dict())
+        found = differences(build_report(store.con, spec).to_dict(),
+                            build_report(ClickHouseDatabase(ch), spec).to_dict())
         assert any("ttft_s" in d for d in found)
 
 
 def test_a_mismatch_fails_the_wrapped_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from llmslo.analysis.engines import ClickHouseDialect
+    from llmslo.analysis.databases import ClickHouseDialect
 
     rows = [ok_row(i, ttft_s=0.1 * (i + 1), last_token_s=1.5, e2e_s=1.6) for i in range(10)]
     monkeypatch.setattr(ClickHouseDialect, "exact_quantiles",
                         lambda self, expr, qs, cond=None: f"quantilesExactLow({', '.join(map(repr, qs))})({expr})"
                         if cond is None else f"quantilesExactLowIf({', '.join(map(repr, qs))})({expr}, {cond})")
     with _store(tmp_path / "s.duckdb", rows) as store, pytest.raises(AssertionError, match="disagree"):
-        on_both_engines(build_report)(store.con, ReportSpec(GoodputPolicy()))
+        on_both_databases(build_report)(store.con, ReportSpec(GoodputPolicy()))
