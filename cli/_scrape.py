@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         Finding,
         HistogramReport,
         Labels,
+        MappedSeries,
         RateReport,
         ScrapeAnalysis,
         SloAttainment,
@@ -31,7 +32,18 @@ if TYPE_CHECKING:
 
 __all__ = ["scrape_command"]
 
-_SERVER_PREFIXES = ("vllm:", "sglang:", "tgi_", "llmslo_")
+
+def _shown_names(mapped: tuple[MappedSeries, ...], names: list[str]) -> dict[str, str]:
+    """Counter and gauge names to show (the engines' mapped series and llmslo's own), each with its concept
+    as a cell: ``concept`` (``extra``), ``high-water mark`` for a high-water series."""
+    from llmslo.telemetry import METRICS
+
+    own = {m.name for m in METRICS}
+    out = {m.name: ("high-water mark" if m.high_water else m.concept) for m in mapped}
+    for n in names:
+        if n not in out and (n in own or f"{n}_total" in own):
+            out[n] = "llmslo"
+    return out
 
 
 def _labels(labels: Labels, width: int = 48) -> str:
@@ -109,6 +121,18 @@ def _print_definitions(out: Console, reports: tuple[HistogramReport, ...]) -> No
             out.print(_shown(f"  {metric} → {interval}: {diff}"), highlight=False, soft_wrap=True)
 
 
+def _print_lacks(out: Console, mapped: tuple[MappedSeries, ...]) -> None:
+    """What the engines found lack, one line per engine (the checks name the consequences)."""
+    from llmslo.engines import ENGINES, RELATED
+
+    keys = sorted({m.engine for m in mapped})
+    for key in keys:
+        profile = ENGINES.get(key) or RELATED.get(key)
+        if profile is not None and profile.lacks:
+            out.print(_shown(f"{profile.name} does not export: {', '.join(sorted(profile.lacks))} "
+                             "(docs/engines.md says why and what to put in front)"), highlight=False, soft_wrap=True)
+
+
 def _print_single(out: Console, a: ScrapeAnalysis) -> None:
     from rich.table import Table
 
@@ -122,15 +146,17 @@ def _print_single(out: Console, a: ScrapeAnalysis) -> None:
     _print_attainment(out, a.attainment)
     _print_findings(out, a.findings)
     _print_definitions(out, a.histograms)
+    concept = _shown_names(a.mapped, [n for n, _, _ in (*a.counters, *a.gauges)])
     shown = [(kind, n, lb, v) for kind, rows in (("counter", a.counters), ("gauge", a.gauges))
-             for n, lb, v in rows if n.startswith(_SERVER_PREFIXES)]
+             for n, lb, v in rows if n in concept]
     if shown:
-        t = Table(title="Counters and gauges of the serving engine", title_justify="left")
-        for col in ("name", "type", "labels", "value"):
+        t = Table(title="Counters and gauges of the serving engine, with llmslo's concept", title_justify="left")
+        for col in ("name", "concept", "type", "labels", "value"):
             t.add_column(col, justify="right" if col == "value" else "left")
         for kind, n, lb, v in shown:
-            t.add_row(_shown(n), kind, _labels(lb), _num(v))
+            t.add_row(_shown(n), _shown(concept[n]), kind, _labels(lb), _num(v))
         out.print(t)
+    _print_lacks(out, a.mapped)
     hidden = len(a.counters) + len(a.gauges) - len(shown)
     if hidden:
         out.print(f"{hidden} other counter/gauge series not shown (--json lists every series)")
@@ -141,13 +167,23 @@ def _print_rates(out: Console, r: RateReport) -> None:
 
     out.print(f"[bold]{_shown(r.before)} → {_shown(r.after)}[/bold]: {r.interval_s:g} s apart "
               f"({_shown(r.interval_basis)})", highlight=False, soft_wrap=True)
+    concept = _shown_names(r.mapped, [c.name for c in r.counters] + [n for n, _, _, _ in r.gauges])
     if r.counters:
         t = Table(title="Counter rates over the interval", title_justify="left")
-        for col in ("counter", "labels", "increase", "per second", "note"):
+        for col in ("counter", "concept", "labels", "increase", "per second", "note"):
             t.add_column(col, justify="right" if col in ("increase", "per second") else "left")
         for c in r.counters:
             note = "reset" if c.reset else ("new series" if c.appeared else "")
-            t.add_row(_shown(c.name), _labels(c.labels), _num(c.increase), f"{c.rate_per_s:,.4g}", note)
+            t.add_row(_shown(c.name), _shown(concept.get(c.name, "-")), _labels(c.labels), _num(c.increase),
+                      f"{c.rate_per_s:,.4g}", note)
+        out.print(t)
+    if r.high_water:
+        t = Table(title="High-water marks (the largest value seen; not rates)", title_justify="left")
+        for col in ("series", "labels", "before", "after", "note"):
+            t.add_column(col, justify="right" if col in ("before", "after") else "left")
+        for h in r.high_water:
+            t.add_row(_shown(h.name), _labels(h.labels), _num(h.before), _num(h.after),
+                      "fell: restarted" if h.fell else "")
         out.print(t)
     if r.histograms:
         out.print(_histogram_table("Observations made during the interval (quantiles are bucket estimates)",
@@ -160,7 +196,7 @@ def _print_rates(out: Console, r: RateReport) -> None:
         for col in ("gauge", "labels", "before", "after"):
             t.add_column(col, justify="right" if col in ("before", "after") else "left")
         for n, lb, before, after in r.gauges:
-            if n.startswith(_SERVER_PREFIXES):
+            if n in concept:
                 t.add_row(_shown(n), _labels(lb), _num(before), _num(after))
         if t.row_count:
             out.print(t)
@@ -184,7 +220,11 @@ def scrape_command(
         "--interval-s", help="Seconds between the two scrapes, when their samples carry no timestamps.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (for scripts).")] = False,
 ) -> None:
-    """Read /metrics expositions of vLLM, SGLang, TGI or llmslo: quantiles, SLO attainment, survivor bias.
+    """Read /metrics expositions of vLLM, SGLang, TGI, llama.cpp, trtllm-serve, NIM or llmslo: concepts, quantiles,
+    SLO attainment, survivor bias.
+
+    Each engine's series are mapped to llmslo's concepts through its profile (llmslo.engines); where an
+    engine's series do not allow a check, the output says why and what to put in front.
 
     One file: per histogram, bucket-estimated quantiles (linear inside the bucket, as PromQL's
     histogram_quantile; a quantile in the +Inf bucket is shown as "≥ highest bound"), the exact mean,
@@ -194,7 +234,8 @@ def scrape_command(
 
     Two files (earlier first): counter rates per second over the interval (resets detected) and
     the same reading of the observations made in between. The interval comes from the samples'
-    timestamps, or --interval-s.
+    timestamps, or --interval-s. A high-water mark (llama.cpp's n_tokens_max, typed counter) is shown
+    with its two values, never as a rate.
 
     Example: llmslo scrape metrics.txt --ttft 2s
     """

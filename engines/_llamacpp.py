@@ -17,7 +17,7 @@ LLAMACPP = EngineProfile(
         Series("prompt_tokens", "llamacpp:prompt_tokens_total", "counter", "tokens", per="token",
                difference="excludes prompt tokens reused from the prompt cache: the prompt tokens of usage = "
                           "this + llamacpp:prompt_tokens_cached_total (checked on 58 requests)",
-               source=_SRC),
+               excludes_cached=True, source=_SRC),
         Series("prompt_tokens_cached", "llamacpp:prompt_tokens_cached_total", "counter", "tokens", per="token",
                source=_SRC),
         Series("generated_tokens", "llamacpp:tokens_predicted_total", "counter", "tokens", per="token",

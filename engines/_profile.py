@@ -62,6 +62,8 @@ class Series:
     ``deprecated``: for an older name the engine still exports (or exported) beside the current one, which
     one replaced it and since when; a deprecated series shares its concept with the current series and
     :meth:`EngineProfile.get` prefers the current one. ``what``: for an ``extra`` series, what it measures.
+    ``excludes_cached``: for ``prompt_tokens``, the count leaves out prompt tokens served from the prefix cache
+    (the prompt tokens a client is told of = this + ``prompt_tokens_cached``).
     """
 
     concept: str
@@ -78,6 +80,7 @@ class Series:
     finish_values: tuple[str, ...] = ()
     deprecated: str = ""
     what: str = ""
+    excludes_cached: bool = False
 
     @property
     def sample_names(self) -> tuple[str, ...]:
@@ -117,7 +120,8 @@ class EngineProfile:
             return None
         found = [s for s in self.series if s.concept == concept]
         current = [s for s in found if not s.deprecated]
-        return (current or found or [None])[0]
+        best = current or found
+        return best[0] if best else None
 
     def by_name(self, name: str) -> Series | None:
         """The series whose PromQL name is ``name`` (a histogram's family name also matches its

@@ -209,10 +209,11 @@ def test_parser_agrees_with_prometheus_client_on_the_text_fixtures() -> None:
 
 
 def test_known_metrics_map_to_the_interval_names_of_definitions() -> None:
-    intervals = {"ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s", "decode_s", "client_ttft_s"}
+    intervals = {"ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s", "prefill_s", "decode_s", "client_ttft_s"}
     assert {m.interval for m in KNOWN_METRICS} <= intervals
     assert len({m.name for m in KNOWN_METRICS}) == len(KNOWN_METRICS)
-    assert {m.server for m in KNOWN_METRICS} == {"vllm", "sglang", "tgi", "llmslo"}
+    # every engine with a latency histogram (llama.cpp has none), NIM, and llmslo's own
+    assert {m.server for m in KNOWN_METRICS} == {"vllm", "sglang", "tgi", "trtllm", "nim", "llmslo"}
     ttft = known_metric("vllm:time_to_first_token_seconds_bucket")
     assert ttft is not None and ttft.interval == "ttft_s"
     # vLLM's older "time per output token" histogram is a per-step gap (ITL), not a TPOT

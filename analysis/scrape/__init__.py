@@ -1,10 +1,12 @@
-"""Prometheus ``/metrics`` scrapes of LLM servers (vLLM, SGLang, TGI, llmslo): parse, estimate, check, compare.
+"""Prometheus ``/metrics`` scrapes of LLM servers (vLLM, SGLang, TGI, llama.cpp, trtllm-serve, NIM, llmslo):
+parse, estimate, check, compare.
 
 The modules, each depending only on those above it:
 
 * ``_parse``: the exposition parser (Prometheus text 0.0.4 and OpenMetrics 1.0) and the histogram
   series of a parsed scrape;
-* ``_names``: other servers' metric names mapped to our intervals (:data:`KNOWN_METRICS`);
+* ``_names``: which series measures which concept, read from the engine profiles (:mod:`llmslo.engines`)
+  and llmslo's name catalogue (:data:`KNOWN_METRICS`, :func:`resolve`);
 * ``_buckets``: bucket math: bucket-estimated quantiles and SLO attainment from one series;
 * ``_checks``: one scrape's analysis (:func:`analyze_scrape`) and its consistency checks;
 * ``_compare``: two scrapes (:func:`compare_scrapes`): counter rates, resets and interval distributions.
@@ -17,11 +19,12 @@ from llmslo.analysis.scrape._checks import (
     DEFAULT_SCRAPE_QUANTILES,
     Finding,
     HistogramReport,
+    MappedSeries,
     ScrapeAnalysis,
     analyze_scrape,
 )
-from llmslo.analysis.scrape._compare import RateReport, SeriesRate, compare_scrapes
-from llmslo.analysis.scrape._names import KNOWN_METRICS, KnownMetric, known_metric
+from llmslo.analysis.scrape._compare import HighWaterMark, RateReport, SeriesRate, compare_scrapes
+from llmslo.analysis.scrape._names import KNOWN_METRICS, KnownMetric, Resolution, known_metric, resolve
 from llmslo.analysis.scrape._parse import (
     Exemplar,
     HistogramSeries,
@@ -38,14 +41,17 @@ __all__ = [
     "DEFAULT_SCRAPE_QUANTILES",
     "Exemplar",
     "Finding",
+    "HighWaterMark",
     "HistogramReport",
     "HistogramSeries",
     "KNOWN_METRICS",
     "KnownMetric",
     "Labels",
+    "MappedSeries",
     "MetricFamily",
     "QuantileEstimate",
     "RateReport",
+    "Resolution",
     "Sample",
     "Scrape",
     "ScrapeAnalysis",
@@ -58,4 +64,5 @@ __all__ = [
     "known_metric",
     "parse_exposition",
     "read_scrape",
+    "resolve",
 ]

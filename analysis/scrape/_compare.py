@@ -4,7 +4,9 @@ From two scrapes, :func:`compare_scrapes` gives rates over the interval: counter
 with a reset detected when a value falls (or an OpenMetrics ``_created`` changes; the increase is then
 the value after the reset), and the same quantiles, attainment and checks as
 :func:`~llmslo.analysis.scrape.analyze_scrape` over the histogram increase. The interval is given in
-seconds or taken from the scrapes' sample timestamps (Unix seconds).
+seconds or taken from the scrapes' sample timestamps (Unix seconds). A series an engine profile marks as a
+high-water mark (llama.cpp's ``llamacpp:n_tokens_max``, typed counter) is never read as a rate: it is
+reported apart with its two values (:attr:`RateReport.high_water`).
 """
 
 from __future__ import annotations
@@ -19,12 +21,16 @@ from llmslo.analysis.scrape._checks import (
     DEFAULT_SCRAPE_QUANTILES,
     Finding,
     HistogramReport,
+    MappedSeries,
     all_series,
     analyze_series,
     attainment_dict,
     finding_dict,
     histogram_dict,
     jsonable,
+    mapped_dict,
+    mapped_series,
+    resolution_of,
     sample_values,
     series_name,
     slo_table,
@@ -32,10 +38,23 @@ from llmslo.analysis.scrape._checks import (
 from llmslo.analysis.scrape._parse import HistogramSeries, Labels, Scrape, ScrapeFormatError
 
 __all__ = [
+    "HighWaterMark",
     "RateReport",
     "SeriesRate",
     "compare_scrapes",
 ]
+
+
+@dataclass(frozen=True)
+class HighWaterMark:
+    """A series that holds the largest value seen so far (whatever its exposed type): its values before and
+    after, never a rate. ``fell``: the later value is smaller, so the server restarted in between."""
+
+    name: str
+    labels: Labels
+    before: float | None
+    after: float
+    fell: bool
 
 
 @dataclass(frozen=True)
@@ -62,7 +81,8 @@ class RateReport:
 
     ``interval_s`` and its ``interval_basis`` (``sample timestamps`` or ``given``); counter rates; the
     histograms of the observations made during the interval (bucket increases) with their quantiles,
-    SLO attainment and checks; gauges before and after; series that vanished.
+    SLO attainment and checks; gauges before and after; series that vanished; high-water marks (never
+    rates); which engine series measures which concept (``mapped``).
     """
 
     before: str
@@ -75,6 +95,8 @@ class RateReport:
     findings: tuple[Finding, ...]
     gauges: tuple[tuple[str, Labels, float | None, float], ...]
     vanished: tuple[str, ...]
+    high_water: tuple[HighWaterMark, ...] = ()
+    mapped: tuple[MappedSeries, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dictionary."""
@@ -89,6 +111,10 @@ class RateReport:
             "findings": [finding_dict(f) for f in self.findings],
             "gauges": [{"name": n, "labels": dict(lb), "before": b, "after": a} for n, lb, b, a in self.gauges],
             "vanished": list(self.vanished),
+            "high_water_marks": [{"name": h.name, "labels": dict(h.labels), "before": h.before, "after": h.after,
+                                  "fell": h.fell, "note": "largest value seen so far: not a rate"}
+                                 for h in self.high_water],
+            "mapped_series": [mapped_dict(m) for m in self.mapped],
             "quantile_note": "over the interval: bucket increases between the two scrapes; quantiles are bucket "
                              "estimates, means exact",
         })
@@ -147,8 +173,16 @@ def compare_scrapes(
         a, b = created_before.get((family, labels)), created_after.get((family, labels))
         return a is not None and b is not None and a != b
 
+    res = resolution_of(all_series(after), sample_values(after, "counter"), sample_values(after, "gauge"),
+                        set(after.families))
+
+    def high_water(name: str) -> bool:
+        m = res.get(name)
+        return m is not None and m.series.high_water
+
     old_counters = {(n, lb): v for n, lb, v in sample_values(before, "counter")}
     rates: list[SeriesRate] = []
+    marks: list[HighWaterMark] = []
     new_keys: set[tuple[str, Labels]] = set()
     for fam, s in after.samples("counter"):
         if s.name.endswith("_created"):
@@ -156,6 +190,9 @@ def compare_scrapes(
         key = (s.name, s.labels)
         new_keys.add(key)
         old = old_counters.get(key)
+        if high_water(s.name) or high_water(fam.name):
+            marks.append(HighWaterMark(s.name, s.labels, old, s.value, old is not None and s.value < old))
+            continue
         reset = old is not None and (s.value < old or was_reset(fam.name, s.labels))
         increase = s.value if old is None or reset else s.value - old
         rates.append(SeriesRate(s.name, s.labels, old, s.value, increase, increase / span, reset, old is None))
@@ -173,7 +210,8 @@ def compare_scrapes(
     old_gauges = {(n, lb): v for n, lb, v in sample_values(before, "gauge")}
     gauges = tuple((n, lb, old_gauges.get((n, lb)), v) for n, lb, v in sample_values(after, "gauge"))
     later_gauges = [(n, lb, v) for n, lb, _, v in gauges]
-    reports, attained, findings = analyze_series(deltas, counters, later_gauges, table, quantiles, over_interval=True)
+    reports, attained, findings = analyze_series(deltas, counters, later_gauges, table, quantiles, over_interval=True,
+                                                 resolution=res)
     extra = [
         Finding("counter_reset", "warning",
                 f"{series_name(r.name, r.labels)} restarted between the scrapes ({r.before:g} → {r.after:g}): "
@@ -181,6 +219,13 @@ def compare_scrapes(
                 "before the restart", {"before": r.before or 0.0, "after": r.after})
         for r in rates if r.reset
     ]
+    extra += [Finding("high_water_mark", "info",
+                      f"{series_name(h.name, h.labels)} is a high-water mark (the largest value seen, though "
+                      f"typed counter): {'-' if h.before is None else f'{h.before:g}'} → {h.after:g}; "
+                      + ("it fell, so the server restarted in between" if h.fell else
+                         "its rise is not a rate and is not shown as one"),
+                      {"after": h.after, **({"before": h.before} if h.before is not None else {})})
+              for h in marks]
     extra += [Finding("histogram_reset", "warning",
                       f"{series_name(h.family, h.labels)} restarted between the scrapes: the interval "
                       "distribution is the later histogram whole") for h in restarted]
@@ -189,7 +234,7 @@ def compare_scrapes(
     return RateReport(
         before=before.source, after=after.source, interval_s=span, interval_basis=basis, counters=tuple(rates),
         histograms=tuple(reports), attainment=attained, findings=tuple(extra) + findings,
-        gauges=gauges, vanished=tuple(vanished),
+        gauges=gauges, vanished=tuple(vanished), high_water=tuple(marks), mapped=mapped_series(res),
     )
 
 
