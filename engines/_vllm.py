@@ -72,8 +72,10 @@ VLLM = EngineProfile(
                source=_SRC),
         Series("requests_finished", "vllm:request_success_total", "counter", "requests",
                (*_LABELS, "finished_reason"), finish_label="finished_reason", finish_values=_FINISH,
-               difference="despite its name, every finished request by finish reason; the abort series "
-                          "exists but stays 0 (vllm issue #31503), so cancelled requests are not counted",
+               difference="despite its name, every finished request by finish reason (the values of "
+                          "FinishReason, vllm/v1/engine/__init__.py: error and repetition in recent releases "
+                          "only); the abort series exists but stays 0 (vllm issue #31503), so cancelled "
+                          "requests are not counted",
                source=_SRC),
         Series("preemptions", "vllm:num_preemptions_total", "counter", "requests", _LABELS, source=_SRC),
         Series(EXTRA, "vllm:request_inference_time_seconds", "histogram", "seconds", _LABELS, _REQUEST_BUCKETS,
