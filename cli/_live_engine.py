@@ -64,8 +64,8 @@ class EnginePlan:
     rate_per_s: float = 0.7
     calm_s: float = 20.0
     burst_s: float = 8.0
-    burst_factor: float = 10.0
-    after_burst_s: float = 12.0
+    burst_factor: float = 5.0
+    after_burst_s: float = 8.0
     parallel: int = 4
     context_tokens: int = 4096
     prompt_words: str = "40"
@@ -177,8 +177,7 @@ class EngineRun:
         slo = self.plan.ttft_slo_ms / 1000
         figures = {}
         for name, attempts in phases.items():
-            ttfts = sorted(_client_ttft(a) for a in attempts)
-            answered = [t for t in ttfts if t is not None]
+            answered = sorted(t for t in (_client_ttft(a) for a in attempts) if t is not None)
             good = sum(1 for t in answered if t <= slo)
             figures[name] = (len(attempts), _median(answered), good / len(attempts) if attempts else math.nan)
         (nc, tc, gc), (nb, tb, gb) = figures["calm"], figures["burst"]
