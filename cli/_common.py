@@ -162,14 +162,34 @@ def parse_time(option: str, text: str) -> float:
     return value
 
 
-def spec_model(spec: Path) -> Model:
-    """The model of the SLO spec file ``spec``; an unreadable or invalid spec exits 1 naming it (and the
-    field)."""
-    from llmslo.rules import SpecError, build_model, load_spec
+def spec_model(spec: Path, engine: str | None = None) -> Model:
+    """The model of the SLO spec file ``spec`` (over inference ``engine``'s own series when given); an
+    unreadable or invalid spec exits 1 naming it (and the field), as does a spec of which no objective can be
+    computed from the engine's series (each refusal with its reason and way out); an unknown engine exits 2."""
+    from llmslo.engines import ENGINES
+    from llmslo.rules import EngineSupportError, SpecError, build_model, load_spec
 
+    if engine is not None and engine not in ENGINES:
+        raise fail(f"--engine: unknown engine {engine!r}; known engines: {', '.join(ENGINES)}", EXIT_USAGE)
     try:
-        return build_model(load_spec(spec))
+        return build_model(load_spec(spec, engine=engine is not None), engine)
+    except EngineSupportError as exc:
+        raise fail(f"{spec}: {exc}", EXIT_INPUT) from None
     except SpecError as exc:  # a field's error names the field; one about the whole file names the file
         raise fail(f"{spec}: {exc}" if exc.path else str(exc), EXIT_INPUT) from None
     except OSError as exc:
         raise fail(f"cannot read {spec}: {exc.strerror or exc}", EXIT_INPUT) from None
+
+
+def print_refusals(model: Model) -> None:
+    """On standard error, each spec entry left out of rules over an engine's own series, with why and the
+    way out: objectives ``refused``, operational alerts ``not generated``."""
+    for r in model.refused:
+        what = "refused" if r.path.startswith("objectives") else "not generated"
+        err().print(f"[yellow]{what}:[/yellow] {shown(r.message())}", highlight=False, soft_wrap=True)
+
+
+def refusals_json(model: Model) -> list[dict[str, str]]:
+    """The refusals of :func:`print_refusals` for ``--json``."""
+    return [{"path": r.path, "entry": r.entry, "engine": r.engine, "reason": r.reason, "way_out": r.fix}
+            for r in model.refused]

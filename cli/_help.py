@@ -9,7 +9,7 @@ SLO thresholds from ``llmslo.telemetry`` directly.)
 
 from __future__ import annotations
 
-__all__ = ["ANOMALY_METRICS", "GPU_IMPORT_KINDS", "GROUP_COLUMNS", "TRACE_KINDS"]
+__all__ = ["ANOMALY_METRICS", "GPU_IMPORT_KINDS", "GROUP_COLUMNS", "INFERENCE_ENGINES", "TRACE_KINDS"]
 
 GROUP_COLUMNS: tuple[str, ...] = ("model", "version", "tenant_class", "finish_reason")
 """``llmslo.analysis.report.GROUP_COLUMNS``: the columns ``--by`` accepts."""
@@ -22,3 +22,7 @@ GPU_IMPORT_KINDS: tuple[str, ...] = ("nvidia-smi", "dmon", "vllm-engine")
 
 TRACE_KINDS: tuple[str, ...] = ("azure", "mooncake", "burstgpt")
 """``llmslo.analysis.workload.TRACE_KINDS``: the formats ``trace`` reads."""
+
+INFERENCE_ENGINES: tuple[str, ...] = ("vllm", "sglang", "tgi", "llamacpp", "trtllm")
+"""The keys of ``llmslo.engines.ENGINES``: what ``rules generate --engine`` and ``dashboards generate --engine``
+accept."""

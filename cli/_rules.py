@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from llmslo.cli._common import EXIT_INPUT, shown, spec_model
+from llmslo.cli._common import EXIT_INPUT, print_refusals, refusals_json, shown, spec_model
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import fail as _fail
+from llmslo.cli._help import INFERENCE_ENGINES
 
 if TYPE_CHECKING:
     from llmslo.rules import PromtoolResult
@@ -22,7 +23,9 @@ rules_app = typer.Typer(
         "Prometheus recording and alert rules from an SLO spec (YAML, version: llmslo/v1): multi-window "
         "multi-burn-rate alerts on goodput, TTFT/TPOT/e2e latency and errors, absent-data and operational "
         "alerts, with promtool tests proving when each alert fires and resets.\n\n"
-        "Start with: llmslo rules explain examples/chat-slo.yaml"
+        "Start with: llmslo rules explain examples/chat-slo.yaml\n\n"
+        "Over an inference engine's own /metrics instead (no llmslo inside the server): --engine "
+        f"{'|'.join(INFERENCE_ENGINES)}; what the engine cannot give is refused with the reason and the way out."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -33,6 +36,11 @@ rules_app = typer.Typer(
 
 SpecArgument = Annotated[Path, typer.Argument(help="SLO spec (YAML, version: llmslo/v1).", show_default=False)]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object (for scripts).")]
+EngineOption = Annotated[str | None, typer.Option(
+    "--engine", help=f"Read the inference engine's own series ({', '.join(INFERENCE_ENGINES)}) instead of llmslo's "
+    "telemetry: for servers without llmslo inside. Objectives the engine cannot give (goodput; a latency "
+    "without its histogram or at a threshold that is not one of its bucket bounds; ...) are refused with the "
+    "reason and the way out, the others generated; none left exits 1.", show_default=False)]
 
 
 @rules_app.command()
@@ -43,15 +51,21 @@ def generate(
         "--tests", help="promtool test file to write. Long windows are proven in sibling files evaluated less "
         "often (NAME.eval10m.yml, ...); run them all with llmslo rules check.")] = None,
     as_json: JsonOption = False,
+    engine: EngineOption = None,
 ) -> None:
     """Write the recording and alert rules of SPEC (and, with --tests, the promtool tests proving them).
 
     The output is byte-deterministic: the same spec and llmslo version give the same files. With --json,
-    one object: rules_file, rule_count, group_count, test_files.
+    one object: rules_file, rule_count, group_count, test_files (and with --engine: engine, refused).
+
+    With --engine, the rules read that engine's own series (docs/dashboards.md says what each engine can
+    and cannot alert on); each spec entry it cannot give is printed first, with why and the way out (put
+    llmslo's middleware or gateway in front of the engine), and named in the rules file's header.
     """
     from llmslo.rules import SpecError, render
 
-    model = spec_model(spec)
+    model = spec_model(spec, engine)
+    print_refusals(model)
     tests_name = tests.name if tests is not None else "rules_test.yml"
     rule_file = os.path.relpath(output.resolve(), (tests or output).resolve().parent)
     try:
@@ -71,8 +85,11 @@ def generate(
     except OSError as exc:
         raise _fail(f"cannot write: {exc}", EXIT_INPUT) from None
     if as_json:
-        print(json.dumps({"rules_file": str(output), "rule_count": out.rule_count, "group_count": out.group_count,
-                          "test_files": [str(p) for p in written[1:]]}, indent=2))
+        data: dict[str, object] = {"rules_file": str(output), "rule_count": out.rule_count,
+                                   "group_count": out.group_count, "test_files": [str(p) for p in written[1:]]}
+        if engine is not None:
+            data |= {"engine": engine, "refused": refusals_json(model)}
+        print(json.dumps(data, indent=2))
         return
     console = _console()
     console.print(f"wrote {shown(output)}: {out.rule_count} rules in {out.group_count} groups", highlight=False)
@@ -149,14 +166,18 @@ def check(
 def explain_command(
     spec: SpecArgument,
     as_json: JsonOption = False,
+    engine: EngineOption = None,
 ) -> None:
     """Each alert of SPEC: windows, burn rate, time to detect a total outage, budget spent when it fires,
-    time to reset after recovery; then the absent-data and operational alerts."""
+    time to reset after recovery; then the absent-data and operational alerts (with --engine, those the
+    engine's own series can give)."""
     from rich.table import Table
 
     from llmslo.rules import explain
 
-    result = explain(spec_model(spec))
+    model = spec_model(spec, engine)
+    print_refusals(model)
+    result = explain(model)
     if as_json:
         print(json.dumps(result.as_dict(), indent=2, ensure_ascii=False))
         return

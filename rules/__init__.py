@@ -6,6 +6,11 @@ errors naming the field) -> :func:`build_model` (budgets, thresholds, detection 
 :func:`render` (byte-deterministic YAML for the rules and the promtool test files). :func:`explain` turns
 the model into a table; :func:`check_rules` and :func:`run_rule_tests` run promtool.
 
+``build_model(spec, engine="vllm")`` (with ``load_spec(path, engine=True)``) reads an inference engine's own
+series instead of llmslo's (:mod:`llmslo.engines`): what the engine cannot give is left out and listed in
+``Model.refused`` (:class:`Refusal`: the entry, the engine, why, the way out); :class:`EngineSupportError` when
+no objective is left.
+
 Example::
 
     from llmslo.rules import build_model, load_spec, render
@@ -15,6 +20,7 @@ Example::
 """
 
 from llmslo.rules._durations import MAX_PROMETHEUS_DURATION_S
+from llmslo.rules._engine import EngineSupportError, Refusal, Sli
 from llmslo.rules._errors import PromtoolError, SpecError
 from llmslo.rules._explain import BurnRow, Explanation, OtherRow, explain
 from llmslo.rules._generator import Rule, RuleGroup, generate_groups
@@ -24,6 +30,7 @@ from llmslo.rules._promtool import PromtoolResult, check_rules, find_promtool, r
 from llmslo.rules._proofs import Check, Proof, generate_proofs
 from llmslo.rules._spec import (
     DEFAULT_BURN_ALERTS,
+    SATURATION_METRICS,
     SPEC_VERSION,
     BurnAlertSpec,
     ObjectiveSpec,
@@ -41,6 +48,7 @@ __all__ = [
     "BurnRow",
     "Check",
     "DEFAULT_BURN_ALERTS",
+    "EngineSupportError",
     "Explanation",
     "MAX_PROMETHEUS_DURATION_S",
     "MAX_YAML_DEPTH",
@@ -53,10 +61,13 @@ __all__ = [
     "PromtoolError",
     "PromtoolResult",
     "Proof",
+    "Refusal",
     "Rendered",
     "Rule",
     "RuleGroup",
+    "SATURATION_METRICS",
     "SPEC_VERSION",
+    "Sli",
     "Slo",
     "Spec",
     "SpecError",

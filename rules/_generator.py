@@ -95,6 +95,10 @@ def _runbook(spec_url: str | None, alert: str) -> Pairs:
 def slo_events_noun(slo: Slo) -> str:
     """What one event of the SLO is, in words."""
     spec = slo.spec
+    if spec.kind == "saturation":
+        return "rule evaluations"
+    if slo.sli is not None and slo.sli.kind == "finish":
+        return "finished requests"
     if spec.kind == "goodput":
         return "attempted requests"
     if spec.kind == "latency":
@@ -119,8 +123,38 @@ def slo_metrics(slo: Slo) -> tuple[Metric, ...]:
     return (METRICS_BY_KEY["requests"],)
 
 
+def slo_series_names(slo: Slo) -> set[str]:
+    """The names of the series an SLO reads (events first)."""
+    if slo.sli is not None:
+        return {slo.sli.name}
+    return {m.name for m in slo_metrics(slo)}
+
+
+def slo_indicator_expr(slo: Slo) -> str:
+    """A saturation SLO's event at one rule evaluation: 1 when its gauge (the worst series) is above the limit,
+    0 when not, absent without the gauge."""
+    sli = slo.sli
+    assert sli is not None and sli.kind == "gauge"
+    return f"max({selector(sli.name, sli.matchers)}) > bool {number(sli.threshold)}"
+
+
+def _sli_ratio_expr(slo: Slo, window: str) -> str:
+    sli = slo.sli
+    assert sli is not None
+    sel = list(sli.matchers)
+    if sli.kind == "histogram":
+        return (f"1 - ({_sum_rate(sli.bucket, [*sel, le_matcher(sli.threshold)], window)} or vector(0))"
+                f" / ({_sum_rate(sli.count, sel, window)} > 0)")
+    if sli.kind == "finish":
+        return (f"({_sum_rate(sli.name, [*sel, one_of(sli.label, sli.bad)], window)} or vector(0))"
+                f" / ({_sum_rate(sli.name, sel, window)} > 0)")
+    raise ValueError("a saturation SLO's ratio averages its recorded events (slo_group)")
+
+
 def slo_ratio_expr(slo: Slo, window: str) -> str:
     """The error ratio of ``slo`` over ``window``: bad events / all events, absent without events."""
+    if slo.sli is not None:
+        return _sli_ratio_expr(slo, window)
     spec = slo.spec
     sel = equal(spec.selector)
     if spec.kind == "goodput":
@@ -140,14 +174,33 @@ def slo_ratio_expr(slo: Slo, window: str) -> str:
 
 def slo_absent_selector(slo: Slo) -> str:
     """The events series whose absence the absent-data alert watches."""
+    if slo.sli is not None:
+        return selector(slo.sli.events, slo.sli.matchers)
     metric = slo_metrics(slo)[0]
     return selector(metric.count if metric.type == "histogram" else metric.name, equal(slo.spec.selector))
+
+
+def _sli_source(slo: Slo) -> str:
+    sli = slo.sli
+    assert sli is not None
+    if sli.kind == "histogram":
+        spellings = " or ".join(quote(form) for form in le_forms(sli.threshold))
+        source = f"{sli.bucket} with le={spellings} / {sli.count}"
+    elif sli.kind == "finish":
+        source = f"{sli.name} by {sli.label}"
+    else:
+        source = f"{sli.name} above {number(sli.threshold)} at a rule evaluation, the worst series"
+    source = f"{source}, {sli.source}'s own series"
+    caveats = [c for c in (sli.difference, *sli.notes) if c]
+    return source + "".join(f"; {c}" for c in caveats)
 
 
 def slo_definition(slo: Slo) -> str:
     """The definition of a good event, with where it is counted."""
     spec = slo.spec
-    if spec.kind == "goodput":
+    if slo.sli is not None:
+        source = _sli_source(slo)
+    elif spec.kind == "goodput":
         attempted, good = slo_metrics(slo)
         source = f"{good.name} / {attempted.name}"
     elif spec.kind == "latency":
@@ -189,11 +242,31 @@ def _burn_alert_rule(slo: Slo, alert: BurnRateAlert, labels: Pairs, runbook: str
                 annotations=annotations)
 
 
-def slo_group(slo: Slo) -> RuleGroup:
-    """Recording rules (one per window, the objective, the budget left) then the alerts of one SLO."""
-    rules = [Rule(slo_ratio_expr(slo, prometheus_duration(w)), record=SLO_ERROR_RATIO.name(prometheus_duration(w)),
-                  labels=slo.labels)
-             for w in slo.windows_s]
+def _ratio_rules(slo: Slo, evaluation_s: int) -> list[Rule]:
+    """One error ratio per window. A saturation SLO records its event first (the ratio over one evaluation
+    interval: 1 or 0), then averages it over each longer window."""
+    if slo.sli is None or slo.sli.kind != "gauge":
+        return [Rule(slo_ratio_expr(slo, prometheus_duration(w)), record=SLO_ERROR_RATIO.name(prometheus_duration(w)),
+                     labels=slo.labels) for w in slo.windows_s]
+    event = SLO_ERROR_RATIO.name(prometheus_duration(evaluation_s))
+    rules = [Rule(slo_indicator_expr(slo), record=event, labels=slo.labels)]
+    recorded = selector(event, equal(slo.labels))
+    rules += [Rule(f"avg_over_time({recorded}[{prometheus_duration(w)}])",
+                   record=SLO_ERROR_RATIO.name(prometheus_duration(w)), labels=slo.labels)
+              for w in slo.windows_s if w != evaluation_s]
+    return rules
+
+
+def _absent_hint(slo: Slo) -> str:
+    if slo.sli is not None and slo.sli.source != "llmslo telemetry":
+        return f"that the server exposes {slo.sli.source}'s own /metrics"
+    return "that the server exposes llmslo metrics"
+
+
+def slo_group(slo: Slo, evaluation_s: int = 60) -> RuleGroup:
+    """Recording rules (one per window, the objective, the budget left) then the alerts of one SLO
+    (``evaluation_s``: the rules' evaluation interval, the event of a saturation SLO)."""
+    rules = _ratio_rules(slo, evaluation_s)
     rules.append(Rule(f"vector({number(slo.spec.objective / 100)})", record=SLO_OBJECTIVE.name(), labels=slo.labels))
     period_ratio = selector(SLO_ERROR_RATIO.name(slo.period), equal(slo.labels))
     rules.append(Rule(f"1 - {period_ratio} / {number(slo.budget)}", record=SLO_BUDGET_REMAINING.name(),
@@ -206,8 +279,8 @@ def slo_group(slo: Slo) -> RuleGroup:
         annotations=(
             ("summary", f"{slo.service}/{slo.name}: no data for {prometheus_duration(slo.absent_for_s)}"),
             ("description", f"{slo_absent_selector(slo)} has no series: the SLO cannot be evaluated and its "
-                            f"burn-rate alerts cannot fire. Check the scrape target, the selector and that the "
-                            f"server exposes llmslo metrics."),
+                            f"burn-rate alerts cannot fire. Check the scrape target, the selector and "
+                            f"{_absent_hint(slo)}."),
             ("slo", slo_statement(slo)),
             *_runbook(runbook, slo.absent_alert),
         )))
@@ -346,7 +419,7 @@ def _version_skew_rules(model: Model, alert: OperationalAlert, make: _Maker) -> 
 
 def generate_groups(model: Model) -> tuple[RuleGroup, ...]:
     """All rule groups of a model: one per SLO, then one for the operational alerts."""
-    groups = [slo_group(slo) for slo in model.slos]
+    groups = [slo_group(slo, model.spec.evaluation_interval_s) for slo in model.slos]
     operational: list[Rule] = []
     for alert in model.operational:
         operational.extend(operational_rules(model, alert))

@@ -13,9 +13,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from llmslo.rules._durations import prometheus_duration
+from llmslo.rules._engine import EngineSupportError, Refusal, Sli, bind_objectives, bind_operational, resolve_engine
+from llmslo.rules._errors import SpecError
 from llmslo.rules._spec import BurnAlertSpec, ObjectiveSpec, Pairs, Spec
+
+if TYPE_CHECKING:
+    from llmslo.engines import EngineProfile
+
+MIN_EVALUATIONS_PER_WINDOW = 4
+"""A saturation objective's windows hold at least this many rule evaluations (its events)."""
 
 
 def camel(text: str) -> str:
@@ -78,6 +87,8 @@ class Slo:
     alerts: tuple[BurnRateAlert, ...]
     absent_alert: str
     absent_for_s: int
+    sli: Sli | None = None
+    """The series it reads when not llmslo's own histograms and counters (an engine's, or a gauge)."""
 
     @property
     def name(self) -> str:
@@ -102,13 +113,16 @@ class OperationalAlert:
 
 @dataclass(frozen=True)
 class Model:
-    """Everything generated from one spec."""
+    """Everything generated from one spec: over llmslo's own series, or over an ``engine``'s own (then
+    ``refused`` lists the spec's entries its series cannot give, with why and the way out)."""
 
     spec: Spec
     slos: tuple[Slo, ...]
     operational: tuple[OperationalAlert, ...]
     labels: Pairs
     """Labels added to every rule: ``llmslo_service`` and the spec's labels."""
+    engine: EngineProfile | None = None
+    refused: tuple[Refusal, ...] = ()
 
 
 def _burn_alert(service: str, slo: ObjectiveSpec, alert: BurnAlertSpec, period_s: int) -> BurnRateAlert:
@@ -131,20 +145,48 @@ _OPERATIONAL_NAMES: tuple[tuple[str, str], ...] = (
 )
 
 
-def build_model(spec: Spec) -> Model:
-    """The model of a validated spec: SLOs with their alerts and windows, and the operational alerts."""
+def _check_evaluations(spec: Spec) -> None:
+    """A saturation objective counts rule evaluations: each window must hold a few."""
+    if not any(o.kind == "saturation" for o in spec.objectives):
+        return
+    least = MIN_EVALUATIONS_PER_WINDOW * spec.evaluation_interval_s
+    for i, alert in enumerate(spec.burn_alerts):
+        if alert.short_window_s < least:
+            raise SpecError(f"burn_alerts[{i}].short_window",
+                            f"{prometheus_duration(alert.short_window_s)} holds fewer than "
+                            f"{MIN_EVALUATIONS_PER_WINDOW} rule evaluations (evaluation_interval "
+                            f"{prometheus_duration(spec.evaluation_interval_s)}), the events of a saturation "
+                            f"objective: use at least {prometheus_duration(least)} or evaluate more often")
+
+
+def build_model(spec: Spec, engine: str | EngineProfile | None = None) -> Model:
+    """The model of a validated spec: SLOs with their alerts and windows, and the operational alerts.
+
+    With ``engine`` (an ``--engine`` key of :data:`llmslo.engines.ENGINES`, or a profile), over that inference
+    engine's own series: the objectives and operational alerts its series cannot give are left out and listed
+    in :attr:`Model.refused`; :class:`~llmslo.rules.EngineSupportError` when no objective is left. Load the
+    spec with ``engine=True`` so that latency thresholds are checked against the engine's own buckets.
+    """
+    profile = resolve_engine(engine)
+    _check_evaluations(spec)
+    slis, refused = bind_objectives(spec, profile)
+    kinds, refused_operational = bind_operational(spec, profile)
     common = tuple(sorted((("llmslo_service", spec.service), *spec.labels)))
     windows = sorted({spec.period_s, *(a.long_window_s for a in spec.burn_alerts),
                       *(a.short_window_s for a in spec.burn_alerts)})
     slos = []
-    for objective in spec.objectives:
+    for objective, sli in zip(spec.objectives, slis, strict=True):
+        if profile is not None and sli is None:
+            continue
         labels = tuple(sorted((*common, ("llmslo_slo", objective.name))))
         alerts = tuple(_burn_alert(spec.service, objective, a, spec.period_s) for a in spec.burn_alerts)
         slos.append(Slo(spec.service, objective, spec.period_s, labels, tuple(windows), alerts,
-                        f"{camel(spec.service)}{camel(objective.name)}DataAbsent", spec.absent_for_s))
+                        f"{camel(spec.service)}{camel(objective.name)}DataAbsent", spec.absent_for_s, sli))
+    if profile is not None and not slos:
+        raise EngineSupportError(profile.name, (*refused, *refused_operational))
     operational = []
     for kind, suffix in _OPERATIONAL_NAMES:
-        if getattr(spec.operational, kind) is None:
+        if getattr(spec.operational, kind) is None or kind not in kinds:
             continue
         operational.append(OperationalAlert(kind, f"{camel(spec.service)}{suffix}"))
-    return Model(spec, tuple(slos), tuple(operational), common)
+    return Model(spec, tuple(slos), tuple(operational), common, profile, (*refused, *refused_operational))

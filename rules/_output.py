@@ -31,6 +31,16 @@ def header(kind: str, source: str | None) -> str:
             "# Do not edit: change the spec and regenerate.\n")
 
 
+def engine_header(model: Model) -> str:
+    """For rules over an engine's own series: which engine, and each spec entry left out with why (comments)."""
+    if model.engine is None:
+        return ""
+    lines = [f"Over {model.engine.name}'s own series ({model.engine.key}, profile of {model.engine.version}), "
+             "not llmslo's telemetry."]
+    lines += [f"Not generated: {r.message()}" for r in model.refused]
+    return "".join(f"# {line}\n" for line in lines)
+
+
 def dump_yaml(document: object) -> str:
     """YAML text of plain data (dicts keep their insertion order; no line folding)."""
     text: str = yaml.dump(document, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
@@ -68,7 +78,8 @@ def render(model: Model, rule_file: str = "rules.yml", tests_name: str = "rules_
     too long to build or run (:data:`~llmslo.rules._proofs.MAX_PROOF_STEPS`).
     """
     groups = generate_groups(model)
-    rules = header("Prometheus rules", source) + dump_yaml({"groups": [g.as_dict() for g in groups]})
+    rules = (header("Prometheus rules", source) + engine_header(model)
+             + dump_yaml({"groups": [g.as_dict() for g in groups]}))
     base = model.spec.evaluation_interval_s
     documents = proof_documents(model, groups, rule_file) if with_tests else {}
     tests = tuple(

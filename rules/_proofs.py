@@ -31,7 +31,7 @@ from decimal import Decimal
 
 from llmslo.rules._durations import human_duration, prometheus_duration
 from llmslo.rules._errors import SpecError
-from llmslo.rules._generator import Rule, RuleGroup, operational_matchers, slo_metrics
+from llmslo.rules._generator import Rule, RuleGroup, operational_matchers, slo_metrics, slo_series_names
 from llmslo.rules._model import BurnRateAlert, Model, OperationalAlert, Slo
 from llmslo.rules._promql import Matcher, equal, le_forms, selector
 from llmslo.telemetry import METRICS_BY_KEY
@@ -234,13 +234,50 @@ def _events_per_step(budget: Decimal) -> int:
     return n
 
 
+def _time_slice(slo: Slo) -> bool:
+    """Whether ``slo`` counts rule evaluations of a gauge (saturation), not events of counters."""
+    return slo.sli is not None and slo.sli.kind == "gauge"
+
+
+def _gauge_values(slo: Slo, phases: Sequence[tuple[int, int, int]]) -> list[Value]:
+    """A saturation SLO's gauge: 0 in phases without bad events, above its limit in phases of only bad ones."""
+    sli = slo.sli
+    assert sli is not None
+    above = sli.threshold + 1 if sli.threshold >= 1 or slo.spec.metric != "kv_usage" else (sli.threshold + 1) / 2
+    levels: list[tuple[int, Value]] = []
+    for steps, events, bad in phases:
+        if bad not in (0, events) or (bad and not events):
+            raise ValueError("a saturation SLO's gauge is either under its limit or above it for a whole phase")
+        levels.append((steps, above if bad else 0))
+    return gauge(levels)
+
+
+def _sli_series(slo: Slo, phases: Sequence[tuple[int, int, int]], le_form: int) -> list[tuple[str, list[Value]]]:
+    sli = slo.sli
+    assert sli is not None
+    sel = list(sli.matchers)
+    if sli.kind == "gauge":
+        return [(selector(sli.name, sel), _gauge_values(slo, phases))]
+    events = counter([(s, n) for s, n, _ in phases])
+    good = counter([(s, n - b) for s, n, b in phases])
+    if sli.kind == "histogram":
+        forms = le_forms(sli.threshold)
+        le: Matcher = ("le", "=", forms[le_form % len(forms)])
+        return [(selector(sli.bucket, [*sel, le]), good), (selector(sli.count, sel), events)]
+    bad = counter([(s, b) for s, _, b in phases])
+    return [(selector(sli.name, [*sel, (sli.label, "=", sli.good)]), good),
+            (selector(sli.name, [*sel, (sli.label, "=", sli.bad[0])]), bad)]
+
+
 def slo_series(slo: Slo, phases: Sequence[tuple[int, int, int]], le_form: int = 0) -> list[tuple[str, list[Value]]]:
     """The counters of ``slo`` for ``phases`` of (steps, events per step, bad events per step).
 
     Availability SLOs that do not count rejections get as many rejected requests as events besides. Latency
     SLOs write the threshold bucket's ``le`` in spelling ``le_form`` of :func:`le_forms`, so the tests cover
-    both ``le="2"`` and ``le="2.0"``.
+    both ``le="2"`` and ``le="2.0"``. A saturation SLO gets its gauge instead, under or above its limit.
     """
+    if slo.sli is not None:
+        return _sli_series(slo, phases, le_form)
     spec = slo.spec
     sel = equal(spec.selector)
     events = counter([(s, n) for s, n, _ in phases])
@@ -283,7 +320,8 @@ class _Burn:
 
     @property
     def h_bad(self) -> int:
-        return int(Decimal(self.n) * self.slo.budget / 2)
+        """Bad events per step of healthy traffic: half the budget (none for a gauge, under its limit or not)."""
+        return 0 if _time_slice(self.slo) else int(Decimal(self.n) * self.slo.budget / 2)
 
     @property
     def healthy(self) -> float:
@@ -336,6 +374,9 @@ def _burn_proofs(burns: Sequence[_Burn], model: Model) -> list[Proof]:
                    f"within the detection time + {slack} slack and resets after recovery ({times})",
                    clock, series, checks)
 
+    if any(_time_slice(b.slo) for b in burns):  # a gauge has no partial outage within a step
+        return [total]
+
     # partial outage burning 10% above each alert's rate
     fire = {b.alert.name: clock.after(t0 + b.crossing_s(b.p_bad / b.n)) for b in burns}
     p_steps = clock.steps(max(fire.values()) + clock.eval_s - t0)
@@ -365,7 +406,8 @@ def _no_traffic_proof(slos: Sequence[Slo], model: Model) -> Proof:
         series += slo_series(slo, [(clock.steps(end), 0, 0)])
         checks += [Check(a.name, min(t, end)) for a in slo.alerts for t in times] + [Check(slo.absent_alert, end)]
     names = ", ".join(slo.name for slo in slos)
-    return _proof(f"alerts of {names}: with no traffic (flat counters) none fires", clock, series, checks)
+    idle = "idle gauges" if any(_time_slice(slo) for slo in slos) else "flat counters"
+    return _proof(f"alerts of {names}: with no traffic ({idle}) none fires", clock, series, checks)
 
 
 def _absent_proof(slos: Sequence[tuple[Slo, Rule]], model: Model) -> Proof:
@@ -378,22 +420,32 @@ def _absent_proof(slos: Sequence[tuple[Slo, Rule]], model: Model) -> Proof:
     checks: list[Check] = []
     for slo, rule in slos:
         for text, values in slo_series(slo, [(live_steps, 1000, 0)]):
-            restart = counter([(back_steps - 1, 1000)])
+            restart = [0] * back_steps if _time_slice(slo) else counter([(back_steps - 1, 1000)])
             series.append((text, [*values, STALE, *([None] * (gone_steps - 1)), *restart]))
         name = slo.absent_alert
+        selected = slo.sli.matchers if slo.sli is not None else slo.spec.selector
         checks += [Check(name, clock.at(gone_at)), Check(name, clock.before(gone_at + for_s)),
-                   Check(name, clock.after(gone_at + for_s), (_labels(rule.labels, slo.spec.selector),)),
+                   Check(name, clock.after(gone_at + for_s), (_labels(rule.labels, selected),)),
                    Check(name, clock.after(back_at))]
     names = ", ".join(slo.name for slo, _ in slos)
     return _proof(f"absent-data alerts of {names}: series vanishing for {prometheus_duration(for_s)} fire, "
                   "their return resolves", clock, series, checks)
 
 
+def _selected(slo: Slo) -> dict[str, str]:
+    if slo.sli is not None:
+        return {k: v for k, op, v in slo.sli.matchers if op == "="}
+    return dict(slo.spec.selector)
+
+
 def _overlap(a: Slo, b: Slo) -> bool:
-    """Whether two SLOs may read the same series (same metric, selectors that do not exclude each other)."""
-    if not {m.name for m in slo_metrics(a)} & {m.name for m in slo_metrics(b)}:
+    """Whether two SLOs may read the same series (same metric, selectors that do not exclude each other), or
+    cannot share test groups (a saturation SLO's gauge and another's counters)."""
+    if _time_slice(a) != _time_slice(b):
+        return True
+    if not slo_series_names(a) & slo_series_names(b):
         return False
-    sa, sb = dict(a.spec.selector), dict(b.spec.selector)
+    sa, sb = _selected(a), _selected(b)
     return all(sa[k] == sb[k] for k in sa.keys() & sb.keys())
 
 

@@ -44,12 +44,19 @@ from llmslo.telemetry import (
 SPEC_VERSION = "llmslo/v1"
 """The only spec version this release reads."""
 
-ObjectiveKind = Literal["goodput", "latency", "availability"]
+ObjectiveKind = Literal["goodput", "latency", "availability", "saturation"]
 Severity = Literal["page", "ticket"]
 Pairs = tuple[tuple[str, str], ...]
 """Label name/value pairs, sorted by name."""
 
-OBJECTIVE_KINDS: tuple[ObjectiveKind, ...] = ("goodput", "latency", "availability")
+OBJECTIVE_KINDS: tuple[ObjectiveKind, ...] = ("goodput", "latency", "availability", "saturation")
+SATURATION_METRICS: Mapping[str, str] = {
+    "waiting": "requests waiting to be scheduled (queued, deferred)",
+    "running": "requests running (in a batch, in a slot)",
+    "kv_usage": "KV-cache usage, a ratio 0..1",
+}
+"""What a saturation objective may read: a gauge, named by its concept (:mod:`llmslo.engines`' names), with what
+it holds."""
 SEVERITIES: tuple[Severity, ...] = ("page", "ticket")
 MIN_SAMPLES_PER_WINDOW = 4
 """A window must hold at least this many scrape intervals (rate() needs two samples; four leave room for a miss)."""
@@ -85,7 +92,9 @@ class ObjectiveSpec:
     ``objective`` is a percentage in (0, 100). ``selector`` holds the label matchers (service selector
     merged with the objective's own). Latency objectives name a histogram ``metric`` (catalogue key) and a
     ``threshold_s`` that is one of its bucket bounds, seconds; availability objectives list the finish
-    reasons that count as ``bad``.
+    reasons that count as ``bad``; saturation objectives (a time-slice SLI) name a gauge ``metric`` of
+    :data:`SATURATION_METRICS` and the ``limit`` it may read at most: an evaluation of the rules is bad when the
+    gauge is above it, and the objective is the share of evaluations that must be good.
     """
 
     name: str
@@ -97,6 +106,7 @@ class ObjectiveSpec:
     metric: str | None = None
     threshold_s: float | None = None
     bad: tuple[str, ...] = ()
+    limit: Decimal | None = None
 
     @property
     def budget(self) -> Decimal:
@@ -431,7 +441,24 @@ def _threshold(raw: object, metric: Metric, path: str) -> float:
                           f"requests at or under it; nearest bounds: {near} (all bounds, s: {bounds})")
 
 
-def _objective(raw: object, path: str, spec_selector: Pairs, runbook: str | None) -> ObjectiveSpec:
+def _limit(raw: object, metric: str, path: str) -> Decimal:
+    """A saturation objective's limit: requests (a whole number >= 0), or a ratio for ``kv_usage`` (0.9 or 90%)."""
+    if raw is None:
+        raise SpecError(path, f"is required: the most {metric} may read in a good evaluation")
+    percent = isinstance(raw, str) and raw.strip().endswith("%")
+    number = _decimal(raw.strip().removesuffix("%") if isinstance(raw, str) else raw, path)
+    if percent:
+        number /= Decimal(100)
+    if metric == "kv_usage":
+        if not Decimal(0) <= number < Decimal(1):
+            raise SpecError(path, f"must be a ratio in [0, 1) such as 0.9 or 90%, got {short_repr(raw)}")
+    elif percent or number < 0 or number != number.to_integral_value():
+        raise SpecError(path, f"must be a whole number of requests (0 or more), got {short_repr(raw)}")
+    return number
+
+
+def _objective(raw: object, path: str, spec_selector: Pairs, runbook: str | None,
+               engine: bool = False) -> ObjectiveSpec:
     f = _Fields(raw, path)
     name = f.name("name")
     kind = f.text("kind", required=True)
@@ -450,25 +477,38 @@ def _objective(raw: object, path: str, spec_selector: Pairs, runbook: str | None
     metric: str | None = None
     threshold: float | None = None
     bad: tuple[str, ...] = ()
+    limit: Decimal | None = None
     if kind == "latency":
         histogram = _histogram(f.get("metric"), f.at("metric"))
         metric = histogram.key
         if not f.has("threshold"):
             raise SpecError(f.at("threshold"), f"is required: one of the bucket bounds of {histogram.name}")
-        threshold = _threshold(f.get("threshold"), histogram, f.at("threshold"))
+        if engine:  # the bound is checked against the engine's own buckets when the rules are generated
+            threshold = parse_duration_s(f.get("threshold"), f.at("threshold"))
+        else:
+            threshold = _threshold(f.get("threshold"), histogram, f.at("threshold"))
         metrics: tuple[Metric, ...] = (histogram,)
+    elif kind == "saturation":
+        metric_raw = f.get("metric")
+        if metric_raw not in SATURATION_METRICS:
+            known = ", ".join(f"{k} ({v})" for k, v in SATURATION_METRICS.items())
+            raise SpecError(f.at("metric"), f"unknown gauge {short_repr(metric_raw)}; known: {known}")
+        metric = str(metric_raw)
+        limit = _limit(f.get("threshold"), metric, f.at("threshold"))
+        metrics = ()
     elif kind == "goodput":
         metrics = (METRICS_BY_KEY["goodput_attempted"], METRICS_BY_KEY["goodput_good"])
     else:
         raw_bad = f.get("bad")
         bad = _bad_reasons(["error"] if raw_bad is None else raw_bad, f.at("bad"))
         metrics = (METRICS_BY_KEY["requests"],)
-    _check_selector_fits(selector, own, metrics, path)
-    description = f.text("description") or _default_description(kind, metric, threshold, bad)
+    if not engine:  # an engine's own labels are checked when its rules are generated
+        _check_selector_fits(selector, own, metrics, path)
+    description = f.text("description") or _default_description(kind, metric, threshold, bad, limit)
     runbook_url = f.text("runbook_url", runbook)
     f.finish()
     return ObjectiveSpec(name, kind, objective, description, selector, runbook_url,
-                         metric, threshold, bad)
+                         metric, threshold, bad, limit)
 
 
 def _bad_reasons(raw: object, path: str) -> tuple[str, ...]:
@@ -483,7 +523,10 @@ def _bad_reasons(raw: object, path: str) -> tuple[str, ...]:
     return tuple(r for r in FINISH_REASONS if r in raw)
 
 
-def _default_description(kind: str, metric: str | None, threshold: float | None, bad: tuple[str, ...]) -> str:
+def _default_description(kind: str, metric: str | None, threshold: float | None, bad: tuple[str, ...],
+                         limit: Decimal | None = None) -> str:
+    if kind == "saturation":
+        return f"evaluations with {metric} at or under {_plain(limit or Decimal(0))}"
     if kind == "goodput":
         return "attempted requests that finished successfully and met every SLO of their goodput policy"
     if kind == "latency":
@@ -617,10 +660,12 @@ def _check_burn_rates(spec: Spec, alerts_path: str) -> None:
                     f"objective must stay below {most}×: lower {alerts_path}[{j}].burn_rate or raise the objective")
 
 
-def parse_spec(data: object) -> Spec:
+def parse_spec(data: object, *, engine: bool = False) -> Spec:
     """Validate a spec already read from YAML (a mapping) and return it.
 
-    Raises :class:`SpecError` naming the first invalid field.
+    With ``engine`` (rules over an inference engine's own series, :mod:`llmslo.engines`), a latency threshold
+    and the selector's labels are checked against the engine's series when the model is built, not against
+    llmslo's catalogue. Raises :class:`SpecError` naming the first invalid field.
     """
     f = _Fields(data, "")
     version = f.get("version")
@@ -644,7 +689,8 @@ def parse_spec(data: object) -> Spec:
     objectives_raw = f.get("objectives")
     if not isinstance(objectives_raw, list) or not objectives_raw:
         raise SpecError("objectives", f"expected a non-empty list of objectives, got {_kind(objectives_raw)}")
-    objectives = tuple(_objective(o, f"objectives[{i}]", selector, runbook_url) for i, o in enumerate(objectives_raw))
+    objectives = tuple(_objective(o, f"objectives[{i}]", selector, runbook_url, engine)
+                       for i, o in enumerate(objectives_raw))
     names = [o.name for o in objectives]
     for i, name in enumerate(names):
         if name in names[:i]:
@@ -660,13 +706,13 @@ def parse_spec(data: object) -> Spec:
     return spec
 
 
-def parse_spec_text(text: str, source: str = "spec") -> Spec:
+def parse_spec_text(text: str, source: str = "spec", *, engine: bool = False) -> Spec:
     """Parse YAML text into a validated :class:`Spec` (PyYAML, safe loader, within the limits of
     :func:`~llmslo.rules.load_yaml`: aliases may not expand past 10,000 nodes, nesting not past 32 levels).
 
     Raises :class:`SpecError` for invalid YAML, YAML beyond the limits, or an invalid field.
     """
-    return parse_spec(load_yaml(text, source))
+    return parse_spec(load_yaml(text, source), engine=engine)
 
 
 def decode_spec(data: bytes, source: str = "spec") -> str:
@@ -680,8 +726,9 @@ def decode_spec(data: bytes, source: str = "spec") -> str:
                             f"{column} of the line ({exc.reason}); save the spec as UTF-8") from None
 
 
-def load_spec(path: str | Path) -> Spec:
-    """Read and validate the spec file at ``path``. Raises :class:`SpecError` (or ``OSError``); a problem with
-    the whole file (not UTF-8, not YAML, beyond the limits) names ``path`` in the message."""
+def load_spec(path: str | Path, *, engine: bool = False) -> Spec:
+    """Read and validate the spec file at ``path`` (``engine``: see :func:`parse_spec`). Raises
+    :class:`SpecError` (or ``OSError``); a problem with the whole file (not UTF-8, not YAML, beyond the limits)
+    names ``path`` in the message."""
     file = Path(path)
-    return parse_spec_text(decode_spec(file.read_bytes(), str(file)), str(file))
+    return parse_spec_text(decode_spec(file.read_bytes(), str(file)), str(file), engine=engine)
