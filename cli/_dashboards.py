@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from llmslo.cli._common import EXIT_INPUT, shown, spec_model
+from llmslo.cli._common import EXIT_INPUT, EXIT_USAGE, print_refusals, refusals_json, shown, spec_model
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import fail as _fail
+from llmslo.cli._help import INFERENCE_ENGINES
 
 if TYPE_CHECKING:
     from llmslo.dashboards import Dashboard
@@ -24,7 +25,8 @@ dashboards_app = typer.Typer(
         "heatmaps and quantiles with request_id exemplars, queue against capacity, rejections, breakers, "
         "drains, backpressure, GPUs) and an SLO dashboard (error budget left, burn rates, alert state, from "
         "the recording rules of llmslo rules generate).\n\n"
-        "Start with: llmslo dashboards generate --spec examples/chat-slo.yaml -o dashboards/"
+        "Start with: llmslo dashboards generate --spec examples/chat-slo.yaml -o dashboards/\n\n"
+        f"Over an inference engine's own /metrics instead: --engine {'|'.join(INFERENCE_ENGINES)}."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -57,6 +59,13 @@ def generate(
         "drawn on the serving dashboard. Without it, the SLO dashboard repeats one row per SLO found in "
         "Prometheus, with the default burn-rate windows.", show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object listing the files written.")] = False,
+    engine: Annotated[str | None, typer.Option(
+        "--engine", help=f"Draw the inference engine's own series ({', '.join(INFERENCE_ENGINES)}) instead of "
+        "llmslo's telemetry: a serving dashboard of what the engine exports, and the SLO dashboard of the rules "
+        "llmslo rules generate --engine makes for the same spec (objectives the engine cannot give are "
+        "refused, with the reason).", show_default=False)] = None,
+    spec_argument: Annotated[Path | None, typer.Argument(
+        metavar="SPEC", help="SLO spec, as with --spec (give one or the other).", show_default=False)] = None,
 ) -> None:
     """Write the serving and SLO dashboards (Grafana JSON) into a folder.
 
@@ -74,20 +83,39 @@ def generate(
     the output folder). Exemplars (request_id, trace_id) need Prometheus started with
     --enable-feature=exemplar-storage.
 
-    With --json, one object: spec, and files (path, kind, uid, title, panels, queries).
+    With --engine, the serving dashboard draws that engine's own series (requests and tokens, latency
+    histograms, running and waiting requests, KV cache: what the engine exports) and the files are named
+    llmslo-[SERVICE-]ENGINE-serving.json and -slo.json.
+
+    With --json, one object: spec, and files (path, kind, uid, title, panels, queries) (and with --engine:
+    engine, refused).
     """
     from llmslo.dashboards import build_dashboards, write_dashboards
 
-    model = spec_model(spec) if spec is not None else None
-    dashboards = build_dashboards(model)
+    if spec is not None and spec_argument is not None:
+        raise _fail("give the spec once: as SPEC or as --spec", EXIT_USAGE)
+    spec = spec if spec is not None else spec_argument
+    model = spec_model(spec, engine) if spec is not None else None
+    if model is not None:
+        print_refusals(model)
+    profile = None
+    if engine is not None and model is None:
+        from llmslo.engines import ENGINES
+
+        if engine not in ENGINES:
+            raise _fail(f"--engine: unknown engine {engine!r}; known engines: {', '.join(ENGINES)}", EXIT_USAGE)
+        profile = ENGINES[engine]
+    dashboards = build_dashboards(model, profile)
     try:
         paths = write_dashboards(dashboards, output)
     except OSError as exc:
         raise _fail(f"cannot write the dashboards into {output}: {exc.strerror or exc}", EXIT_INPUT) from None
     summaries = [_summary(d, p) for d, p in zip(dashboards, paths, strict=True)]
     if as_json:
-        print(json.dumps({"spec": str(spec) if spec is not None else None, "files": summaries}, indent=2,
-                         ensure_ascii=False))
+        data: dict[str, object] = {"spec": str(spec) if spec is not None else None, "files": summaries}
+        if engine is not None:
+            data |= {"engine": engine, "refused": refusals_json(model) if model is not None else []}
+        print(json.dumps(data, indent=2, ensure_ascii=False))
         return
     console = _console()
     for s in summaries:

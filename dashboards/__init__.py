@@ -8,6 +8,10 @@ variables; every metric name comes from :mod:`llmslo.telemetry`. Plain dicts, wr
 Imports the telemetry contracts only (never its runtime); :func:`slo_dashboard` without a model and
 :func:`build_dashboards` read :mod:`llmslo.rules` (PyYAML) when called.
 
+For servers without llmslo inside, :func:`engine_dashboard` draws an inference engine's own series from its
+profile (:mod:`llmslo.engines`); ``build_dashboards(model)`` of a model built with ``engine=`` gives it and the
+SLO dashboard of the engine rules.
+
 Example::
 
     from llmslo.dashboards import build_dashboards, write_dashboards
@@ -18,6 +22,7 @@ Example::
 
 from llmslo.dashboards._build import build_dashboards
 from llmslo.dashboards._dashboard import SCHEMA_VERSION, Dashboard
+from llmslo.dashboards._engine import engine_dashboard
 from llmslo.dashboards._json import JSON_NULL, render_json, strip_nulls
 from llmslo.dashboards._output import write_dashboards
 from llmslo.dashboards._promql import PROMETHEUS_SERIES
@@ -33,6 +38,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "VariableQuery",
     "build_dashboards",
+    "engine_dashboard",
     "panel_queries",
     "render_json",
     "serving_dashboard",

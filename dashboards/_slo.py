@@ -14,6 +14,7 @@ from llmslo.dashboards._promql import ALERTS, JOB, UP, Matcher, selector
 from llmslo.telemetry import METRICS_BY_KEY, SLO_BUDGET_REMAINING, SLO_ERROR_RATIO, SLO_OBJECTIVE
 
 if TYPE_CHECKING:
+    from llmslo.engines import EngineProfile
     from llmslo.rules import Model, Slo
 
 SEVERITY_COLOURS = {"ticket": "orange", "page": "red"}
@@ -142,11 +143,17 @@ def _overview(grid: Grid, service: Matcher) -> None:
                   steps=((None, "red"), (1.0, "green")), decimals=0), 6)
 
 
-def slo_dashboard(model: Model | None = None) -> Dashboard:
+def slo_dashboard(model: Model | None = None, engine: EngineProfile | None = None) -> Dashboard:
     """The SLO dashboard. With a spec's ``model``: one row per objective with its own windows, burn rates
     and objective. Without: one row repeated for each SLO chosen in the ``slo`` variable, read from the
-    recorded series of the default burn-rate alerts."""
-    requests = METRICS_BY_KEY["requests"]
+    recorded series of the default burn-rate alerts. With an ``engine`` (the model's by default), for the rules
+    over that engine's own series: its jobs are listed from the engine's series, and the uid and file name
+    name the engine."""
+    from llmslo.dashboards._engine import engine_service, job_series
+
+    if engine is None and model is not None:
+        engine = model.engine
+    job_source = job_series(engine) if engine is not None else METRICS_BY_KEY["requests"].name
     grid = Grid()
     variables = [datasource_variable()]
     objective = SLO_OBJECTIVE.name()
@@ -159,7 +166,7 @@ def slo_dashboard(model: Model | None = None) -> Dashboard:
         service = job = None
         _overview(grid, ("llmslo_service", "=", "$service"))
         views = [default_view()]
-    variables.append(query_variable("job", "Job", f"label_values({requests.name}, job)", current=job,
+    variables.append(query_variable("job", "Job", f"label_values({job_source}, job)", current=job,
                                     description="The Prometheus job scraping the servers (for the targets-up panel)."))
     if model is None:
         variables.append(query_variable("service", "Service", f"label_values({objective}, llmslo_service)"))
@@ -171,7 +178,12 @@ def slo_dashboard(model: Model | None = None) -> Dashboard:
     title = f"llmslo SLOs: {service}" if service else "llmslo SLOs"
     description = ("Error budget left, good events over the period, burn rates over the alert windows and alert "
                    "state, from the recording rules of llmslo rules generate.")
+    named = service
+    if engine is not None:
+        title = f"{title} ({engine.name})"
+        description += f" The rules read {engine.name}'s own series (llmslo rules generate --engine {engine.key})."
+        named = engine_service(engine, service)
     kind: Kind = "slo"
-    data = envelope(uid_=uid(service, kind), title=title, description=description, service=service,
+    data = envelope(uid_=uid(named, kind), title=title, description=description, service=service,
                     variables=variables, panels=grid.panels, time_from="now-2d")
     return Dashboard(kind, data["uid"], title, f"{data['uid']}.json", data)

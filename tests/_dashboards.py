@@ -31,6 +31,24 @@ def generated() -> dict[str, Dashboard]:
     return {d.file_name: d for d in (*build_dashboards(example_model()), *build_dashboards())}
 
 
+@functools.cache
+def engine_generated() -> dict[str, Dashboard]:
+    """The dashboards of every inference engine's own series: of the example spec where the engine can give
+    one of its objectives, and without a spec, by file name."""
+    from llmslo.engines import ENGINES
+    from llmslo.rules import EngineSupportError
+
+    out: dict[str, Dashboard] = {}
+    for key, profile in ENGINES.items():
+        try:
+            model: Model | None = build_model(load_spec(EXAMPLE, engine=True), key)
+        except EngineSupportError:
+            model = None
+        dashboards = build_dashboards(None, profile) + (build_dashboards(model) if model is not None else ())
+        out |= {d.file_name: d for d in dashboards}
+    return out
+
+
 def recorded_names(model: Model) -> set[str]:
     """The names of the recording rules ``llmslo rules generate`` writes for ``model``."""
     return {r.record for g in generate_groups(model) for r in g.rules if r.record}

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from llmslo.tests._dashboards import generated
+from llmslo.engines import ENGINES
+from llmslo.tests._dashboards import engine_generated, generated
 from llmslo.tests._tools import need
 
 TOOL = Path(__file__).parent / "tools" / "grafana_schema"
@@ -47,6 +48,18 @@ def test_every_generated_dashboard_type_checks_against_grafanas_published_types(
     source = files[0].read_text()
     assert "satisfies PanelOf<heatmap.Options, heatmap.FieldConfig>" in source  # panels checked by plugin
     assert "satisfies Json<Dashboard>" in source
+
+
+@pytest.mark.integration
+def test_every_engine_dashboard_type_checks_against_grafanas_published_types(tmp_path: Path) -> None:
+    """The dashboards of each inference engine's own series (``dashboards generate --engine``), with the
+    spec's model where the example spec leaves the engine an objective and without a spec."""
+    need(wrap.missing())
+    files = {name: json.loads(d.text()) for name, d in engine_generated().items()}
+    assert len(files) == 4 * len(ENGINES) - 4  # with and without a spec; llama.cpp and TGI have no chat objective
+    wrap.wrap(files, tmp_path)
+    result = wrap.check(tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def _first(data: dict[str, Any], kind: str) -> dict[str, Any]:
