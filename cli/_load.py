@@ -281,9 +281,15 @@ def _print_text(config: LoadConfig, schedule: Schedule, result: RunResult, figur
               highlight=False, soft_wrap=True)
     out.print(f"schedule: {shown(schedule.source)}: {len(schedule):,} arrivals over {schedule.span_s:.1f} s",
               highlight=False, soft_wrap=True)
+    header = config.request_id_header
+    out.print(f"request ids: {config.request_id} UUIDs, "
+              + (f"sent as {shown(header)}" if header is not None else "not sent (--request-id-header off)"),
+              highlight=False, soft_wrap=True)
     for note in [*schedule.notes, *notes, *result.notes()]:
         out.print(f"note: {shown(note)}", highlight=False, soft_wrap=True)
-    out.print(shown(render_table(figures), newlines=True), highlight=False, soft_wrap=True)
+    out.print(shown(result.tokens.describe()), highlight=False, soft_wrap=True)
+    out.print(shown(render_table(figures, causes=result.top_causes()), newlines=True), highlight=False,
+              soft_wrap=True)
     out.print()
     if report is None:
         return
@@ -320,6 +326,17 @@ def load_command(
                                             "complete).")] = False,
     no_ignore_eos: Annotated[bool, typer.Option("--no-ignore-eos", help="Do not send ignore_eos (servers that "
                                                 "refuse unknown fields).")] = False,
+    no_stream_options: Annotated[bool, typer.Option(
+        "--no-stream-options", help="Do not ask streams for their usage (stream_options). Without it the field "
+        "is dropped by itself once the server refuses it (400/422 naming it); tokens are then counted from "
+        "content chunks unless the server sends usage anyway.")] = False,
+    request_id: Annotated[str, typer.Option(
+        "--request-id", help="uuid4 (random) or uuid7 (time-ordered, sorts by send time): every request's id, "
+        "sent in --request-id-header and kept as the row's request_id.", metavar="uuid4|uuid7")] = "uuid4",
+    request_id_header: Annotated[str, typer.Option(
+        "--request-id-header", help="The header that carries the id; llmslo serve reads X-Request-Id, so the "
+        "client and server rows join on it. off: send none (for servers that refuse the header; the rows "
+        "keep their ids).", metavar="NAME|off")] = "X-Request-Id",
     trace: Annotated[tuple[str, Path] | None, typer.Option(
         "--trace-kind", help="Replay a trace: --trace-kind azure|mooncake|burstgpt FILE (its arrivals and "
         "lengths).", metavar="KIND FILE", show_default=False)] = None,
@@ -382,6 +399,8 @@ def load_command(
     --max-concurrency holds sends back, and their lateness is reported). Each attempt gives one summary
     row measured on the client clock (rejected, cancelled and failed ones included). A client circuit
     breaker honours Retry-After: arrivals it refuses are recorded rejected / circuit_open, never sent.
+    The summary says why attempts failed (e.g. 10 × HTTP 400 (empty body)) and where the token counts
+    came from (the server's usage, or content chunks counted).
 
     Example: llmslo load http://127.0.0.1:8000 --rate 5 --duration 60s --goodput 'ttft:500 tpot:50'
     """
@@ -390,7 +409,17 @@ def load_command(
 
     if _missing("httpx"):
         raise _input(SERVE_HINT)
-    from llmslo.loadgen import Behaviours, Cancel, Goodput, LoadConfig, SlowReader, SpecError, Target, bench_figures
+    from llmslo.loadgen import (
+        Behaviours,
+        Cancel,
+        Goodput,
+        LoadConfig,
+        SlowReader,
+        SpecError,
+        Target,
+        bench_figures,
+        parse_request_id_header,
+    )
 
     try:  # every flag first: a bad one exits 2 before anything is read, sent or created
         target = Target.parse(url, endpoint)
@@ -407,7 +436,9 @@ def load_command(
                             tenant_class=tenant_class, version=version, max_concurrency=max_concurrency,
                             behaviours=behaviours, honour_retry_after=not no_honour_retry_after,
                             breaker=not no_breaker, slow_rcvbuf_bytes=slow_rcvbuf, stop_wait_s=stop_wait_s,
-                            seed=seed)
+                            seed=seed, request_id=request_id,
+                            request_id_header=parse_request_id_header(request_id_header),
+                            stream_options=not no_stream_options)
     except SpecError as exc:
         raise _usage(str(exc)) from None
     schedule = _schedule(trace, arrivals=arrivals, rate=rate, burstiness=burstiness,

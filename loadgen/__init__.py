@@ -35,13 +35,17 @@ from llmslo.loadgen._behaviour import Behaviours, Cancel, RequestPlan, SlowReade
 from llmslo.loadgen._run import (
     CLIENT_FAILURE_KINDS,
     LATE_THRESHOLD_S,
+    Cause,
     Lateness,
     LoadConfig,
     LoadRun,
     Progress,
     RunResult,
+    StreamOptionsRefusal,
+    TokenSources,
     make_breaker,
     run_load,
+    top_causes,
 )
 from llmslo.loadgen._schedule import (
     ARRIVAL_KINDS,
@@ -57,7 +61,18 @@ from llmslo.loadgen._schedule import (
     trace_schedule,
 )
 from llmslo.loadgen._stats import DEFINITIONS, BenchFigures, Dist, Goodput, bench_figures, render_table
-from llmslo.loadgen._target import ENDPOINTS, PromptBook, RequestShape, Target, Unreachable, probe
+from llmslo.loadgen._target import (
+    DEFAULT_REQUEST_ID_HEADER,
+    ENDPOINTS,
+    REQUEST_ID_KINDS,
+    PromptBook,
+    RequestIds,
+    RequestShape,
+    Target,
+    Unreachable,
+    parse_request_id_header,
+    probe,
+)
 from llmslo.telemetry._openai_stream import SseParser
 
 __all__ = [
@@ -69,6 +84,8 @@ __all__ = [
     "Burst",
     "CLIENT_FAILURE_KINDS",
     "Cancel",
+    "Cause",
+    "DEFAULT_REQUEST_ID_HEADER",
     "DEFINITIONS",
     "Dist",
     "ENDPOINTS",
@@ -82,7 +99,9 @@ __all__ = [
     "LoadRun",
     "Progress",
     "PromptBook",
+    "REQUEST_ID_KINDS",
     "RateProfile",
+    "RequestIds",
     "RequestPlan",
     "RequestShape",
     "RunResult",
@@ -90,18 +109,22 @@ __all__ = [
     "SlowReader",
     "SpecError",
     "SseParser",
+    "StreamOptionsRefusal",
     "Target",
+    "TokenSources",
     "Unreachable",
     "attempt_log_entry",
     "attempt_row",
     "bench_figures",
     "check_limits",
     "make_breaker",
+    "parse_request_id_header",
     "parse_seconds",
     "probe",
     "render_table",
     "run_load",
     "synthetic_schedule",
     "token_weighted_gaps",
+    "top_causes",
     "trace_schedule",
 ]

@@ -28,11 +28,17 @@ the body ended cleanly without a finish_reason                 error            
 A refusal by the client's own breaker is never sent; the runner records it (rejected, ``circuit_open``).
 :func:`attempt_row` turns an :class:`Attempt` into a request-summary row, :func:`attempt_log_entry` into a
 line of the attempts log.
+
+A failed attempt keeps why (:meth:`Attempt.cause`): the HTTP status and the first
+:data:`ERROR_BODY_KEPT_BYTES` bytes of the answer's body as received (an empty body as empty), the class of
+the exception that broke the connection, the server's error event or finish reason, or the client's own
+hang-up.
 """
 
 from __future__ import annotations
 
 import asyncio
+import codecs
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -55,6 +61,12 @@ from llmslo.telemetry._openai_stream import (
 NS = 1_000_000_000
 MAX_ERROR_BODY_BYTES = 65_536
 """How much of a refusal's or an error's body is read, bytes (the rest is not needed to classify it)."""
+ERROR_BODY_KEPT_BYTES = 200
+"""How much of a non-200 answer's body an attempt keeps (``Attempt.error_body``), bytes."""
+CAUSE_BODY_CHARS = 100
+"""How much of that body a cause shows (:meth:`Attempt.cause`), characters."""
+STREAM_OPTIONS_REFUSALS: tuple[int, ...] = (400, 422)
+"""The statuses that, with a body naming ``stream_options``, say the server refuses that field."""
 MAX_REPLY_BYTES = 64 * 1024 * 1024
 """The largest non-streamed reply read, bytes."""
 ERROR_TYPES: tuple[str, ...] = ("connect_error", "read_error", "stream_error", "truncated")
@@ -104,12 +116,41 @@ class Attempt:
     error_type: str | None = None
     unknown_finish: bool = False
     saw_usage: bool = False
+    asked_usage: bool = False
+    error_body: str | None = None
+    error_body_bytes: int = 0
+    error_class: str | None = None
+    refused_stream_options: bool = False
 
     # ---- what the summary row needs ------------------------------------------------------------------
 
     @property
     def received_any(self) -> bool:
-        return self.first_byte_ns is not None
+        """Whether any byte of an answer arrived (its status line and headers count)."""
+        return self.headers_ns is not None or self.first_byte_ns is not None
+
+    @property
+    def last_received_ns(self) -> int | None:
+        """When the last byte of the answer arrived: its body's last byte, else its headers (an empty body);
+        None when nothing arrived."""
+        return self.last_byte_ns if self.last_byte_ns is not None else self.headers_ns
+
+    @property
+    def replied(self) -> bool:
+        """Whether the server answered 200 (a reply, however it then ended)."""
+        return self.status == 200 and not self.breaker_refused
+
+    @property
+    def token_source(self) -> str | None:
+        """Where the row's ``generated_tokens`` comes from: ``usage`` (the server's ``usage.completion_tokens``),
+        ``chunks`` (the content chunks counted: the reply carried no usage), or None (no reply, or a reply
+        with neither content nor usage)."""
+        if not self.replied:
+            return None
+        usage, counted = self.usage_completion_tokens, self.counted_tokens
+        if usage is not None and (usage > 0 or counted == 0):
+            return "usage"
+        return "chunks" if counted > 0 else None
 
     @property
     def counted_tokens(self) -> int:
@@ -197,6 +238,10 @@ class Attempt:
             self.chunk_ns = [now_ns]
             self.chunk_tokens = [self.usage_completion_tokens]
             self.tokens_read = self.usage_completion_tokens
+        elif ev.content:  # text without usage: one content chunk, counted as one token
+            self.chunk_ns = [now_ns]
+            self.chunk_tokens = None
+            self.tokens_read = 1
 
     # ---- classification ------------------------------------------------------------------------------
 
@@ -241,6 +286,66 @@ class Attempt:
 
     def _classify_finish(self, reason: str) -> None:
         self.finish_reason, self.error_type, self.unknown_finish = classify_finish(reason)
+
+    def cause(self) -> str | None:
+        """Why an attempt that did not finish ``stop`` / ``length`` ended so, in a few words that group
+        (None for a success): ``HTTP 400 (empty body)``, ``HTTP 503 {"error":...`` (the body as received, its
+        control characters written as escapes, cut at :data:`CAUSE_BODY_CHARS` characters with ``…``),
+        ``ConnectError`` (the class of the exception that broke the connection), ``error event: T``,
+        ``finish_reason R``, a hang-up of the client, ``refused by the client breaker (not sent)``. The same
+        order as :meth:`classify`."""
+        if self.finish_reason in ("stop", "length"):
+            return None
+        if self.breaker_refused:
+            return "refused by the client breaker (not sent)"
+        if self.status is not None and self.status != 200:
+            return f"HTTP {self.status} {body_shown(self.error_body, self.error_body_bytes, self.error_class)}"
+        if self.terminal == "error":
+            return f"error event: {printable(self.server_error or '')}"
+        if self.terminal == "finish" and self.server_finish_reason is not None:
+            drain = f" (drain_reason {printable(self.drain_reason)})" if self.drain_reason is not None else ""
+            return f"finish_reason {printable(self.server_finish_reason)}{drain}"
+        if self.hangup_cause is not None:
+            return {"cancel": "the client hung up (--cancel)", "timeout": "client timeout (--timeout)",
+                    "stop": "hung up at the stop"}.get(self.hangup_cause, f"hung up ({self.hangup_cause})")
+        if self.transport_error is not None:
+            return self.error_class or self.transport_error
+        return "the body ended without a finish reason"
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable (control characters, line ends, invisible format
+    characters) written as its escape (``\\x1b``, ``\\n``, ``\\u202e``), everything else as it is: one
+    line that no terminal interprets."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _escape(c: str) -> str:
+    code = ord(c)
+    if c in "\n\r\t":
+        return repr(c)[1:-1]
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def body_shown(body: str | None, size: int, error_class: str | None = None) -> str:
+    """A non-200 answer's body as a cause shows it: ``(empty body)``; the text as received (see
+    :func:`printable`), cut at :data:`CAUSE_BODY_CHARS` characters with ``…`` when there was more (``size``:
+    the bytes read); or, when it could not be read, ``(body not read: <exception class>)``."""
+    if body is None:
+        return f"(body not read: {error_class})" if error_class else "(body not read)"
+    if not body and size == 0:
+        return "(empty body)"
+    more = len(body) > CAUSE_BODY_CHARS or size > ERROR_BODY_KEPT_BYTES
+    return printable(body[:CAUSE_BODY_CHARS]) + ("…" if more else "")
+
+
+def keep_body(body: bytes) -> str:
+    """The first :data:`ERROR_BODY_KEPT_BYTES` bytes of ``body`` as text: UTF-8, a character cut by the limit
+    left out, bytes that are not UTF-8 written as ``\\xNN``."""
+    decoder = codecs.getincrementaldecoder("utf-8")("backslashreplace")
+    return decoder.decode(body[:ERROR_BODY_KEPT_BYTES], final=len(body) <= ERROR_BODY_KEPT_BYTES)
 
 
 def _error_type_of(body: bytes | None) -> str | None:
@@ -295,8 +400,9 @@ def attempt_row(a: Attempt, identity: Identity) -> dict[str, Any]:
 
     ``arrival_unix_s`` is the wall-clock moment of the send; ``ttft_s`` / ``last_token_s`` are the first and
     last content chunk's receive times after the send, ``e2e_s`` the end of the attempt (last byte, or the
-    hang-up); ``client_ttft_s`` repeats ``ttft_s`` and ``client_e2e_s`` is the last byte received (null when
-    nothing was received: no connection, a refusal of the client's breaker, a hang-up before any byte).
+    hang-up); ``client_ttft_s`` repeats ``ttft_s`` and ``client_e2e_s`` is the last byte received (the
+    headers' when the body was empty; null when nothing was received: no connection, a refusal of the
+    client's breaker, a hang-up before any byte).
     ``queue_s`` is null (the client cannot see the server's queue). ``generated_tokens`` is the server's
     ``usage.completion_tokens`` when it sent one, else the tokens counted; ``sent_tokens`` the tokens
     received, never above ``generated_tokens``. ``itl_s`` holds the token-weighted chunk gaps.
@@ -308,7 +414,7 @@ def attempt_row(a: Attempt, identity: Identity) -> dict[str, Any]:
     usage = None if rejected else a.usage_completion_tokens
     generated = usage if usage is not None and (usage > 0 or counted == 0) else counted
     complete = a.server_finish_reason is not None and usage is not None
-    received = generated if complete else min(counted, generated)
+    sent = generated if complete else min(counted, generated)
     first = last = None
     if generated > 0:
         if a.chunk_ns:
@@ -335,9 +441,9 @@ def attempt_row(a: Attempt, identity: Identity) -> dict[str, Any]:
         "prompt_tokens": a.usage_prompt_tokens if a.usage_prompt_tokens is not None else a.prompt_words,
         "proposed_tokens": 0,
         "generated_tokens": generated,
-        "sent_tokens": received,
+        "sent_tokens": sent,
         "client_ttft_s": first,
-        "client_e2e_s": _s(a.last_byte_ns, origin) if a.last_byte_ns is not None else None,
+        "client_e2e_s": _s(received, origin) if (received := a.last_received_ns) is not None else None,
         "stream_paused_s": 0.0,
         "stream_max_queued": 0,
         "itl_s": gaps,
@@ -346,7 +452,8 @@ def attempt_row(a: Attempt, identity: Identity) -> dict[str, Any]:
 
 def attempt_log_entry(a: Attempt) -> dict[str, Any]:
     """One line of the attempts log (JSON-ready): identity, schedule, send time (Unix s and monotonic ns),
-    status, ``Retry-After`` as received, the outcome, and every content chunk's receive time (monotonic ns)."""
+    status, ``Retry-After`` as received, the outcome and its cause (a non-200 body's first bytes, the
+    exception's class), and every content chunk's receive time (monotonic ns)."""
     late = None if a.sent_ns is None else (a.sent_ns - a.scheduled_ns) / NS
     return {
         "request_id": a.request_id,
@@ -366,12 +473,19 @@ def attempt_log_entry(a: Attempt) -> dict[str, Any]:
         "server_error": a.server_error,
         "drain_reason": a.drain_reason,
         "hangup": a.hangup_cause,
+        "cause": a.cause(),
+        "error_body": a.error_body,
+        "error_body_bytes": a.error_body_bytes,
+        "error_class": a.error_class,
         "transport_error": a.transport_detail,
         "breaker_refused": a.breaker_refused,
         "prompt_words": a.prompt_words,
         "max_tokens": a.max_tokens,
+        "asked_usage": a.asked_usage,
+        "refused_stream_options": a.refused_stream_options,
         "usage_prompt_tokens": a.usage_prompt_tokens,
         "usage_completion_tokens": a.usage_completion_tokens,
+        "token_source": a.token_source,
         "slow_reader_tokens_per_s": a.plan.slow_tokens_per_s,
         "cancel_after_s": a.plan.cancel_after_s,
         "timeout_s": a.plan.timeout_s,
@@ -392,12 +506,13 @@ def attempt_log_entry(a: Attempt) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Request:
     """What to send: the URL of the endpoint, the JSON body, the headers; ``stream`` says whether the body
-    asks for a stream."""
+    asks for a stream; ``id_header`` names the header that carries the request id (None: none does)."""
 
     url: str
     body: bytes
     headers: Mapping[str, str]
     stream: bool
+    id_header: str | None = "X-Request-Id"
 
 
 class HangUps:
@@ -451,43 +566,54 @@ async def send_attempt(client: httpx.AsyncClient, request: Request, a: Attempt, 
     try:
         async with timer:
             hangups.add(a, timer)  # entered: a stop can reschedule it
-            error_body = await _exchange(client, built, request.stream, a, on_headers)
+            error_body = await _exchange(client, built, request.stream, a, on_headers, request.id_header)
     except TimeoutError:
         if not timer.expired():  # pragma: no cover - a TimeoutError from elsewhere: a read that failed
-            a.transport_error, a.transport_detail = "read_error", "TimeoutError"
+            a.transport_error, a.transport_detail, a.error_class = "read_error", "TimeoutError", "TimeoutError"
         elif a.hangup_cause is None:
             a.hangup_cause = a.plan.deadline_cause or "timeout"
-    except httpx.ConnectError as exc:
-        a.transport_error, a.transport_detail = "connect_error", _text(f"{type(exc).__name__}: {exc}")
-    except httpx.ConnectTimeout as exc:
-        a.transport_error, a.transport_detail = "connect_error", _text(f"{type(exc).__name__}: {exc}")
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        _failed(a, "connect_error", exc)
     except SseTooLarge as exc:
-        a.transport_error, a.transport_detail = "stream_error", _text(str(exc))
+        _failed(a, "stream_error", exc)
+        a.transport_detail = _text(str(exc))
     except Exception as exc:  # httpx's read and protocol errors, OSError, anything else: data, never a crash
-        a.transport_error, a.transport_detail = "read_error", _text(f"{type(exc).__name__}: {exc}")
+        _failed(a, "read_error", exc)
     finally:
         hangups.discard(a)
         a.end_ns = time.monotonic_ns()
-        if a.last_byte_ns is not None and a.hangup_cause is None and a.transport_error is None:
-            a.end_ns = a.last_byte_ns  # the attempt ended with its last byte, not when the client noticed
+        last = a.last_received_ns
+        if last is not None and a.hangup_cause is None and a.transport_error is None:
+            a.end_ns = last  # the attempt ended with its last byte, not when the client noticed
     a.classify(error_body)
 
 
+def _failed(a: Attempt, error_type: str, exc: BaseException) -> None:
+    """Record the exception that ended ``a``: its error class, the exception's class and message."""
+    a.transport_error, a.error_class = error_type, type(exc).__name__
+    a.transport_detail = _text(f"{type(exc).__name__}: {exc}")
+
+
 async def _exchange(client: httpx.AsyncClient, built: httpx.Request, stream: bool, a: Attempt,
-                    on_headers: Callable[[Attempt], None] | None) -> bytes | None:
-    """Send and read; the body of a non-200 answer (bounded) for classification, else None."""
+                    on_headers: Callable[[Attempt], None] | None, id_header: str | None) -> bytes | None:
+    """Send and read; the body of a non-200 answer (bounded) for classification, else None. ``id_header``:
+    the header whose echo is the server's request id."""
     response = await client.send(built, stream=True)
     try:
         a.headers_ns = time.monotonic_ns()
         a.status = response.status_code
         retry_after = response.headers.get("retry-after")
         a.retry_after = _text(retry_after) if retry_after is not None else None
-        rid = response.headers.get("x-request-id")
+        rid = response.headers.get(id_header) if id_header is not None else None
         a.server_request_id = _text(rid) if rid is not None else None
         if on_headers is not None:
             on_headers(a)
         if response.status_code != 200:
-            return await _read_bounded(response, a, MAX_ERROR_BODY_BYTES)
+            body = await _read_bounded(response, a, MAX_ERROR_BODY_BYTES)
+            a.error_body, a.error_body_bytes = keep_body(body), len(body)
+            a.refused_stream_options = (a.asked_usage and a.status in STREAM_OPTIONS_REFUSALS
+                                        and b"stream_options" in body)
+            return body
         if not stream:
             body = await _read_bounded(response, a, MAX_REPLY_BYTES)
             a.on_reply(body, a.last_byte_ns or time.monotonic_ns())

@@ -10,7 +10,13 @@ arrival is not sent and is recorded as rejected with ``circuit_open`` (``client_
 
 Every attempt, sent or refused, gives one summary row (:func:`~llmslo.loadgen.attempt_row`), validated by
 :func:`llmslo.telemetry.validate_summary` and handed to the sink (any ``row -> None`` callable:
-:class:`llmslo.telemetry.SummarySink` over a writer), and, with an attempts log, one JSON line.
+:class:`llmslo.telemetry.SummarySink` over a writer), and, with an attempts log, one JSON line. The run
+counts why attempts failed (:meth:`~llmslo.loadgen.Attempt.cause`) and where each reply's tokens came from
+(the server's ``usage``, or the content chunks counted).
+
+Streams ask for their usage (``stream_options: {"include_usage": true}``) until the server refuses the field:
+a 400 or 422 answer to a request that carried it, whose body names ``stream_options``. From then on no request
+of the run carries it (those already answered keep their outcome), and the run says so.
 
 Stopping (:meth:`LoadRun.request_stop`, wired to SIGINT and SIGTERM by :func:`run_load`): no arrival is
 sent after it; attempts in flight get ``stop_wait_s`` seconds to end, then the client hangs them up
@@ -22,13 +28,12 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import secrets
 import signal
 import socket
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -48,7 +53,14 @@ from llmslo.loadgen._attempt import (
 )
 from llmslo.loadgen._behaviour import DEFAULT_SLOW_RCVBUF_BYTES, Behaviours
 from llmslo.loadgen._schedule import Arrival, Schedule, SpecError
-from llmslo.loadgen._target import PromptBook, RequestShape, Target
+from llmslo.loadgen._target import (
+    DEFAULT_REQUEST_ID_HEADER,
+    PromptBook,
+    RequestIds,
+    RequestShape,
+    Target,
+    parse_request_id_header,
+)
 from llmslo.telemetry import validate_summary
 
 Row = Mapping[str, object]
@@ -63,6 +75,10 @@ CONNECT_TIMEOUT_S = 10.0
 KEEPALIVE_EXPIRY_S = 2.0
 """Idle pooled connections are dropped after this many seconds: below common server keep-alive timeouts
 (uvicorn's 5 s), so the client never reuses a connection the server is closing."""
+TOP_CAUSES = 5
+"""How many causes of failure a summary lists per finish reason (the rest are counted together)."""
+JSON_CAUSES = 20
+"""How many of them ``RunResult.to_dict`` lists per finish reason."""
 
 
 @dataclass(frozen=True)
@@ -78,8 +94,10 @@ class LoadConfig:
     ``breaker``: let failures trip the client breaker (Retry-After is honoured either way);
     ``slow_rcvbuf_bytes``: ``SO_RCVBUF`` of slow readers' sockets (bytes; None: the kernel's
     autotuning); ``stop_wait_s``: how long a stop waits
-    for attempts in flight (seconds); ``seed``: seeds prompts and behaviours; ``run_id``: the prefix of the
-    request ids (random when None).
+    for attempts in flight (seconds); ``seed``: seeds prompts and behaviours; ``request_id``: the kind of
+    request ids (``uuid4``, random; ``uuid7``, time-ordered); ``request_id_header``: the header that carries
+    them (None: no header is sent, the rows still have their ids); ``stream_options``: ask streams for their
+    usage (``stream_options: {"include_usage": true}``) until the server refuses the field.
     """
 
     target: Target
@@ -96,7 +114,9 @@ class LoadConfig:
     slow_rcvbuf_bytes: int | None = DEFAULT_SLOW_RCVBUF_BYTES
     stop_wait_s: float = 10.0
     seed: int = 0
-    run_id: str | None = None
+    request_id: str = "uuid4"
+    request_id_header: str | None = DEFAULT_REQUEST_ID_HEADER
+    stream_options: bool = True
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -111,12 +131,14 @@ class LoadConfig:
             raise SpecError("--version", self.version, "a label such as client or run-42", "is empty:")
         if self.tenant_class is not None and not self.tenant_class:
             raise SpecError("--tenant-class", self.tenant_class, "a class name such as interactive", "is empty:")
-        if self.run_id is not None and not _ID_OK(self.run_id):
-            raise SpecError("run_id", self.run_id, "letters, digits and . _ : - (at most 100)", "not usable in ids:")
+        RequestIds(self.request_id)  # raises for an unknown kind
+        if self.request_id_header is not None and parse_request_id_header(self.request_id_header) is None:
+            raise SpecError("--request-id-header", self.request_id_header, "a header name, or None for none",
+                            "is not a header name:")
 
     def shape(self) -> RequestShape:
         return RequestShape(self.model, self.target.endpoint, self.stream, self.ignore_eos, self.api_key,
-                            self.tenant_class)
+                            self.tenant_class, self.request_id_header)
 
     def identity(self) -> Identity:
         return Identity(self.model, self.version, self.tenant_class or "default")
@@ -129,12 +151,9 @@ class LoadConfig:
             "version": self.version, "max_concurrency": self.max_concurrency,
             "behaviours": self.behaviours.to_dict(), "honour_retry_after": self.honour_retry_after,
             "breaker": self.breaker, "slow_rcvbuf_bytes": self.slow_rcvbuf_bytes, "stop_wait_s": self.stop_wait_s,
-            "seed": self.seed,
+            "seed": self.seed, "request_id": self.request_id, "request_id_header": self.request_id_header,
+            "stream_options": self.stream_options,
         }
-
-
-def _ID_OK(text: str) -> bool:
-    return 0 < len(text) <= 100 and all(c.isascii() and (c.isalnum() or c in "._:-") for c in text)
 
 
 @dataclass(frozen=True)
@@ -180,6 +199,87 @@ class Progress:
     failed: int
 
 
+@dataclass(frozen=True)
+class Cause:
+    """``count`` attempts that finished ``finish_reason`` for the same ``cause`` (:meth:`Attempt.cause`)."""
+
+    finish_reason: str
+    cause: str
+    count: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {"finish_reason": self.finish_reason, "cause": self.cause, "count": self.count}
+
+
+def top_causes(causes: Sequence[Cause], limit: int = TOP_CAUSES) -> dict[str, list[tuple[str, int]]]:
+    """Per finish reason, its ``limit`` most frequent causes as ``(cause, count)``, most frequent first, and
+    the rest together as ``("N other causes", count)``."""
+    out: dict[str, list[tuple[str, int]]] = {}
+    for reason in sorted({c.finish_reason for c in causes}):
+        mine = sorted((c for c in causes if c.finish_reason == reason), key=lambda c: (-c.count, c.cause))
+        out[reason] = [(c.cause, c.count) for c in mine[:limit]]
+        rest = mine[limit:]
+        if rest:
+            out[reason].append((f"{len(rest):,} other cause(s)", sum(c.count for c in rest)))
+    return out
+
+
+@dataclass(frozen=True)
+class TokenSources:
+    """Where the rows' token counts came from. ``replies``: attempts the server answered 200; of them,
+    ``from_usage`` whose ``generated_tokens`` is the server's ``usage.completion_tokens`` and
+    ``counted_chunks`` whose is the content chunks counted (no usage; one token per chunk unless a chunk said
+    otherwise); the rest had neither content nor usage. ``prompt_from_usage``: replies whose ``prompt_tokens``
+    is the server's ``usage.prompt_tokens`` (the others: the words sent)."""
+
+    replies: int = 0
+    from_usage: int = 0
+    counted_chunks: int = 0
+    prompt_from_usage: int = 0
+
+    def describe(self) -> str:
+        """One line, e.g. ``tokens: from usage (120 of 120 replies)``."""
+        n = self.replies
+        if n == 0:
+            return "tokens: none counted (no reply: no attempt was answered 200)"
+        if self.from_usage == n:
+            head = f"tokens: from usage ({n:,} of {n:,} replies)"
+        elif self.from_usage == 0 and self.counted_chunks:
+            head = (f"tokens: counted content chunks (no usage in {self.counted_chunks:,} of {n:,} replies; "
+                    "one token per chunk)")
+        else:
+            head = (f"tokens: from usage in {self.from_usage:,} of {n:,} replies, counted content chunks in "
+                    f"{self.counted_chunks:,} (no usage; one token per chunk)")
+        none = n - self.from_usage - self.counted_chunks
+        if none and self.from_usage != n:
+            head += f", none in {none:,} (no content, no usage)"
+        prompt = ("prompt tokens from usage" if self.prompt_from_usage == n else
+                  "prompt tokens: the words sent (no usage)" if self.prompt_from_usage == 0 else
+                  f"prompt tokens from usage in {self.prompt_from_usage:,}, else the words sent")
+        return f"{head}; {prompt}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"replies": self.replies, "from_usage": self.from_usage, "counted_chunks": self.counted_chunks,
+                "prompt_from_usage": self.prompt_from_usage, "summary": self.describe()}
+
+
+@dataclass(frozen=True)
+class StreamOptionsRefusal:
+    """The server refused ``stream_options``: the answer to attempt ``index`` (its ``request_id``) had
+    ``status`` and a body naming the field (``body``: its first bytes, as received); ``refused`` attempts that
+    carried the field were answered so before it was dropped."""
+
+    index: int
+    request_id: str
+    status: int
+    body: str
+    refused: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {"index": self.index, "request_id": self.request_id, "status": self.status, "body": self.body,
+                "refused": self.refused}
+
+
 @dataclass
 class RunResult:
     """What a run produced: every valid summary ``row``, and figures about the run itself.
@@ -188,7 +288,9 @@ class RunResult:
     clock); ``started_unix_s``: the schedule's start, wall clock. ``scheduled`` arrivals, of which ``sent``,
     ``refused`` (client breaker) and ``unsent`` (a stop came first). ``stopped_by``: the signal or reason that
     stopped the run (None: it ran to the end); ``hung_up_at_stop``: attempts the stop hung up.
-    ``no_usage``: finished streams whose server sent no usage (their tokens are counted chunks);
+    ``tokens``: where the rows' token counts came from; ``stream_options``: whether streams asked for their
+    usage (``sent``, ``dropped`` after the server refused it, ``off``); ``stream_options_refusal``: the refusal
+    that dropped it; ``causes``: why attempts did not finish stop / length, counted;
     ``unknown_finish``: replies whose finish reason was not one the client knows (recorded as ``stop``);
     ``invalid_rows``: rows that failed validation (a bug; not written); ``sink_errors``: rows the sink
     raised on; ``finish``: attempts by finish reason.
@@ -204,13 +306,20 @@ class RunResult:
     lateness: Lateness
     stopped_by: str | None
     hung_up_at_stop: int
-    no_usage: int
+    tokens: TokenSources
+    stream_options: str
+    stream_options_refusal: StreamOptionsRefusal | None
+    causes: list[Cause]
     unknown_finish: int
     malformed_events: int
     invalid_rows: int
     sink_errors: int
     finish: dict[str, int]
     breaker_events: list[BreakerEvent]
+
+    def top_causes(self, limit: int = TOP_CAUSES) -> dict[str, list[tuple[str, int]]]:
+        """Per finish reason other than stop / length, its most frequent causes (:func:`top_causes`)."""
+        return top_causes(self.causes, limit)
 
     def notes(self) -> list[str]:
         """Sentences a person should read beside the figures."""
@@ -219,9 +328,12 @@ class RunResult:
             out.append(f"stopped by {self.stopped_by}: {self.unsent:,} scheduled arrival(s) were never sent; "
                        f"{self.hung_up_at_stop:,} attempt(s) in flight were hung up (client_cancel, unless their "
                        "last token had arrived)")
-        if self.no_usage:
-            out.append(f"{self.no_usage:,} streamed repl(ies) carried no usage: their generated_tokens are the "
-                       "content chunks counted (one token per chunk assumed)")
+        refusal = self.stream_options_refusal
+        if refusal is not None:
+            out.append(f"the server refused stream_options (HTTP {refusal.status} naming it, answering attempt "
+                       f"{refusal.index}): later requests were sent without it, so their replies carry usage "
+                       f"only if the server sends it unasked; {refusal.refused:,} attempt(s) carrying it were "
+                       "refused (recorded as they ended)")
         if self.unknown_finish:
             out.append(f"{self.unknown_finish:,} repl(ies) ended with a finish reason the client does not know: "
                        "recorded as stop (the attempts log keeps the server's word)")
@@ -245,7 +357,12 @@ class RunResult:
         return {
             "started_unix_s": self.started_unix_s, "duration_s": self.duration_s, "scheduled": self.scheduled,
             "sent": self.sent, "refused": self.refused, "unsent": self.unsent, "lateness": self.lateness.to_dict(),
-            "stopped_by": self.stopped_by, "hung_up_at_stop": self.hung_up_at_stop, "no_usage": self.no_usage,
+            "stopped_by": self.stopped_by, "hung_up_at_stop": self.hung_up_at_stop,
+            "tokens": self.tokens.to_dict(), "stream_options": self.stream_options,
+            "stream_options_refusal": (None if self.stream_options_refusal is None
+                                       else self.stream_options_refusal.to_dict()),
+            "causes": {reason: [{"cause": c, "count": n} for c, n in listed]
+                       for reason, listed in self.top_causes(JSON_CAUSES).items()},
             "unknown_finish": self.unknown_finish, "malformed_events": self.malformed_events,
             "invalid_rows": self.invalid_rows, "sink_errors": self.sink_errors, "finish": dict(self.finish),
             "breaker_events": [e.to_dict() for e in self.breaker_events], "notes": self.notes(),
@@ -277,7 +394,7 @@ class LoadRun:
         self.attempts_log = attempts_log
         self.on_progress = on_progress
         self.breaker = breaker if breaker is not None else make_breaker(config)
-        self.run_id = config.run_id or secrets.token_hex(6)
+        self._ids = RequestIds(config.request_id)
         self.hangups = HangUps()
         self.rows: list[dict[str, Any]] = []
         self.stopped_by: str | None = None
@@ -288,7 +405,11 @@ class LoadRun:
         self._late: list[float] = []
         self._finish: Counter[str] = Counter()
         self._counts = Counter[str]()
+        self._causes: Counter[tuple[str, str]] = Counter()
         self._end_ns = 0
+        self._stream_options = config.stream and config.stream_options
+        self._refusal: StreamOptionsRefusal | None = None
+        self._refused_options = 0
 
     # ---- control -----------------------------------------------------------------------------------
 
@@ -337,10 +458,24 @@ class LoadRun:
             rows=self.rows, started_unix_s=started_unix_s, duration_s=max(0, self._end_ns - start_ns) / NS,
             scheduled=len(self.schedule), sent=self._counts["sent"], refused=self._counts["refused"],
             unsent=len(self.schedule) - dispatched, lateness=Lateness.of(self._late), stopped_by=self.stopped_by,
-            hung_up_at_stop=self.hangups.hung_up, no_usage=self._counts["no_usage"],
+            hung_up_at_stop=self.hangups.hung_up,
+            tokens=TokenSources(self._counts["replies"], self._counts["tokens_usage"], self._counts["tokens_chunks"],
+                                self._counts["prompt_usage"]),
+            stream_options=self._stream_options_state(), stream_options_refusal=self._final_refusal(),
+            causes=[Cause(f, c, n) for (f, c), n in sorted(self._causes.items())],
             unknown_finish=self._counts["unknown_finish"], malformed_events=self._counts["malformed"],
             invalid_rows=self._counts["invalid"], sink_errors=self._counts["sink_errors"],
             finish=dict(sorted(self._finish.items())), breaker_events=self.breaker.events())
+
+    def _stream_options_state(self) -> str:
+        if not (self.config.stream and self.config.stream_options):
+            return "off"
+        return "sent" if self._stream_options else "dropped"
+
+    def _final_refusal(self) -> StreamOptionsRefusal | None:
+        r = self._refusal
+        return None if r is None else StreamOptionsRefusal(r.index, r.request_id, r.status, r.body,
+                                                           self._refused_options)
 
     async def _wait_for(self, tasks: set[asyncio.Task[None]]) -> None:
         """Wait for the attempts in flight; after a stop, for ``stop_wait_s`` at most, then hang them up."""
@@ -397,8 +532,8 @@ class LoadRun:
 
     def _attempt(self, arrival: Arrival, due_ns: int) -> Attempt:
         plan = self.config.behaviours.plan(arrival.index)
-        return Attempt(f"{self.run_id}-{arrival.index:06d}", arrival.index, arrival.offset_s,
-                       arrival.prompt_tokens, arrival.output_tokens, plan, scheduled_ns=due_ns)
+        return Attempt(self._ids.next(), arrival.index, arrival.offset_s, arrival.prompt_tokens,
+                       arrival.output_tokens, plan, scheduled_ns=due_ns)
 
     def _refused(self, a: Attempt) -> None:
         a.breaker_refused = True
@@ -416,20 +551,33 @@ class LoadRun:
             if sem is not None:
                 sem.release()
             return
-        request = Request(self.config.target.url, self._shape.body(self._prompts.prompt(a.index, a.prompt_words),
-                                                                    a.max_tokens),
-                          self._shape.headers(a.request_id), self.config.stream)
+        a.asked_usage = self._stream_options
+        body = self._shape.body(self._prompts.prompt(a.index, a.prompt_words), a.max_tokens,
+                                stream_options=a.asked_usage)
+        request = Request(self.config.target.url, body, self._shape.headers(a.request_id), self.config.stream,
+                          self.config.request_id_header)
         self._counts["sent"] += 1
         self._progress()
         try:
             await send_attempt(client, request, a, self.hangups, on_headers=self._on_headers)
             if a.sent_ns is not None:
                 self._late.append(max(0, a.sent_ns - a.scheduled_ns) / NS)
+            self._check_stream_options(a)
             self._record_outcome(a)
         finally:
             if sem is not None:
                 sem.release()
             self._finish_attempt(a)
+
+    def _check_stream_options(self, a: Attempt) -> None:
+        """Drop ``stream_options`` for the rest of the run when ``a`` carried it and the server refused it: a
+        400 or 422 whose body names the field."""
+        if not a.refused_stream_options:
+            return
+        self._refused_options += 1
+        if self._refusal is None:
+            self._refusal = StreamOptionsRefusal(a.index, a.request_id, a.status or 0, a.error_body or "", 0)
+            self._stream_options = False
 
     def _on_headers(self, a: Attempt) -> None:
         """Honour a refusal's ``Retry-After`` the moment its headers arrive (before its body is read)."""
@@ -468,9 +616,16 @@ class LoadRun:
             self._counts["unknown_finish"] += 1
         if a.malformed_events:
             self._counts["malformed"] += a.malformed_events
-        if (self.config.stream and a.status == 200 and a.server_finish_reason is not None
-                and a.usage_completion_tokens is None):
-            self._counts["no_usage"] += 1
+        cause = a.cause()
+        if cause is not None:
+            self._causes[a.finish_reason, cause] += 1
+        if a.replied:
+            self._counts["replies"] += 1
+            source = a.token_source
+            if source is not None:
+                self._counts["tokens_usage" if source == "usage" else "tokens_chunks"] += 1
+            if a.usage_prompt_tokens is not None:
+                self._counts["prompt_usage"] += 1
         if problems:
             self._counts["invalid"] += 1
             entry["invalid"] = [f"{p.rule}: {p.message}" for p in problems]

@@ -216,9 +216,12 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def render_table(f: BenchFigures, *, title: str = " Serving Benchmark Result ") -> str:
+def render_table(f: BenchFigures, *, title: str = " Serving Benchmark Result ",
+                 causes: Mapping[str, Sequence[tuple[str, int]]] | None = None) -> str:
     """The figures as ``vllm bench serve`` lays them out (plain text, 50 columns wide), with a footer that
-    says where the definitions differ from vLLM's."""
+    says where the definitions differ from vLLM's. ``causes`` (per finish reason, ``(cause, count)`` pairs,
+    e.g. :meth:`RunResult.top_causes`) are listed under the count of their finish reason, as
+    ``10 × HTTP 400 (empty body)``."""
     line = "{:<44} {}".format
     out = [f"{title:=^56}"]
     out.append(line("Attempted requests:", f.attempted))
@@ -227,6 +230,7 @@ def render_table(f: BenchFigures, *, title: str = " Serving Benchmark Result ") 
     for reason, n in f.finish.items():
         if reason not in SUCCESS:
             out.append(line(f"  {reason}:", n))
+            out.extend(f"    {count:,} × {cause}" for cause, count in (causes or {}).get(reason, ()))
     out.append(line("Benchmark duration (s):", f"{f.duration_s:.2f}"))
     out.append(line("Total input tokens (successful):", f.prompt_tokens))
     out.append(line("Total generated tokens (successful):", f.generated_tokens))

@@ -8,13 +8,22 @@ base (``http://host:8000``), its API root (``http://host:8000/v1``) or the endpo
 A prompt of ``N`` tokens is ``N`` whitespace-separated words (``llmslo serve`` counts words; a real server
 tokenizes its own way, and its ``usage.prompt_tokens`` is what the summary records). Each request's prompt
 starts with a word of its own, so no two prompts share a cached prefix by accident.
+
+Every request has a UUID for its id (:class:`RequestIds`: version 4, random, by default; version 7,
+time-ordered, on request), sent in one header (``X-Request-Id`` unless configured otherwise; none at all when
+switched off). A UUID is an id every server takes: some refuse any other shape (llama-cpp-python's server
+answers 400 with an empty body), and ``llmslo serve`` keeps any id of ``[A-Za-z0-9._:-]{1,128}``, so client and
+server summaries share it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
@@ -30,7 +39,16 @@ ENDPOINTS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat
 
 URL_FORM = "http(s)://HOST[:PORT][/PREFIX], e.g. http://127.0.0.1:8000 (or .../v1, or .../v1/completions)"
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-"""What a request id may look like (the wire contract)."""
+"""What a request id may look like (the wire contract); every UUID does."""
+REQUEST_ID_KINDS: tuple[str, ...] = ("uuid4", "uuid7")
+"""The kinds of request ids: random UUIDs (version 4) or time-ordered ones (version 7, RFC 9562)."""
+DEFAULT_REQUEST_ID_HEADER = "X-Request-Id"
+"""The header that carries each request's id, unless configured otherwise."""
+REQUEST_ID_HEADER_FORM = ("an HTTP header name such as X-Request-Id or X-Correlation-Id (letters, digits and "
+                          "!#$%&'*+-.^_`|~), or off to send none")
+_TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}")
+_OWN_HEADERS = frozenset({"content-type", "content-length", "accept", "accept-encoding", "user-agent", "host",
+                          "authorization", "x-tenant-class", "connection", "transfer-encoding"})
 
 USER_AGENT = f"llmslo-load/{__version__}"
 """The ``User-Agent`` of every request."""
@@ -46,6 +64,54 @@ _WORDS: tuple[str, ...] = (
     "office", "door", "health", "person", "art", "war", "history", "party", "result", "change", "morning",
     "reason", "research", "girl", "guy", "moment", "air", "teacher", "force", "education",
 )
+
+
+def parse_request_id_header(text: str | None) -> str | None:
+    """The header name of ``--request-id-header`` (None for ``off``: no header is sent). Raises
+    :class:`SpecError` for a name HTTP does not allow, or one the client already sends for another purpose."""
+    if text is None or text.strip().lower() == "off":
+        return None
+    name = text.strip()
+    if not _TOKEN.fullmatch(name):
+        raise SpecError("--request-id-header", text, REQUEST_ID_HEADER_FORM, "not a header name:")
+    if name.lower() in _OWN_HEADERS:
+        raise SpecError("--request-id-header", text, REQUEST_ID_HEADER_FORM, "the client sends this header "
+                        "for its own purpose:")
+    return name
+
+
+class RequestIds:
+    """Request ids of one run: ``next()`` gives a new UUID as text (36 characters, lower-case hex).
+
+    ``uuid4``: 122 random bits (``uuid.uuid4``). ``uuid7``: RFC 9562's version 7, built here (Python 3.11 has
+    none): the Unix time in milliseconds (48 bits, from ``time.time_ns``), then 12 bits of the sub-millisecond
+    time (the RFC's method 3, "replace leftmost random bits with increased clock precision"), the variant, and
+    62 random bits from ``os.urandom``. The 60 time bits never repeat or go back within a run (a clock that
+    did not move, or moved back, gives the previous value plus one), so the ids of a run sort in the order they
+    were made.
+    """
+
+    def __init__(self, kind: str = "uuid4") -> None:
+        if kind not in REQUEST_ID_KINDS:
+            raise SpecError("--request-id", kind, " or ".join(REQUEST_ID_KINDS), "unknown kind")
+        self.kind = kind
+        self._last = -1
+
+    def next(self) -> str:
+        if self.kind == "uuid4":
+            return str(uuid.uuid4())
+        return str(self.uuid7(time.time_ns()))
+
+    def uuid7(self, now_ns: int) -> uuid.UUID:
+        """A version-7 UUID for the Unix time ``now_ns`` (nanoseconds), after every one made before."""
+        ms, sub_ns = divmod(now_ns, 1_000_000)
+        stamp = (ms << 12) | (sub_ns * 4096 // 1_000_000)  # 48 bits of ms, 12 bits of the fraction
+        if stamp <= self._last:
+            stamp = self._last + 1
+        self._last = stamp
+        rand_b = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+        value = ((stamp >> 12) << 80) | (0x7 << 76) | ((stamp & 0xFFF) << 64) | (0b10 << 62) | rand_b
+        return uuid.UUID(int=value & ((1 << 128) - 1))
 
 
 class Unreachable(LlmsloError):
@@ -121,7 +187,8 @@ class PromptBook:
 
 @dataclass(frozen=True)
 class RequestShape:
-    """What every request of a run carries: ``model``, streaming or not, ``ignore_eos``, the headers."""
+    """What every request of a run carries: ``model``, streaming or not, ``ignore_eos``, the headers
+    (``request_id_header``: the header carrying the request id; None: no id is sent)."""
 
     model: str
     endpoint: str = "completions"
@@ -129,30 +196,33 @@ class RequestShape:
     ignore_eos: bool = True
     api_key: str | None = None
     tenant_class: str | None = None
+    request_id_header: str | None = DEFAULT_REQUEST_ID_HEADER
 
-    def body(self, prompt: str, max_tokens: int) -> bytes:
-        """The JSON body of one request."""
+    def body(self, prompt: str, max_tokens: int, *, stream_options: bool = True) -> bytes:
+        """The JSON body of one request; a stream asks for its usage (``stream_options``) unless
+        ``stream_options`` is false."""
         body: dict[str, object] = {"model": self.model, "max_tokens": max_tokens, "stream": self.stream}
         if self.endpoint == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]
         else:
             body["prompt"] = prompt
-        if self.stream:
+        if self.stream and stream_options:
             body["stream_options"] = {"include_usage": True}
         if self.ignore_eos:
             body["ignore_eos"] = True
         return json.dumps(body, separators=(",", ":")).encode()
 
     def headers(self, request_id: str) -> dict[str, str]:
-        """The headers of one request (``X-Request-Id`` always; ``X-Tenant-Class`` and ``Authorization`` when
-        configured)."""
+        """The headers of one request (the id under ``request_id_header`` unless that is None;
+        ``X-Tenant-Class`` and ``Authorization`` when configured)."""
         out = {
             "content-type": "application/json",
             "accept": "text/event-stream" if self.stream else "application/json",
             "accept-encoding": "identity",
-            "x-request-id": request_id,
             "user-agent": USER_AGENT,
         }
+        if self.request_id_header is not None:
+            out[self.request_id_header] = request_id
         if self.tenant_class is not None:
             out["x-tenant-class"] = self.tenant_class
         if self.api_key is not None:

@@ -5,18 +5,25 @@ is chosen by a path prefix, so one process serves every case: ``/m/<k=v,k=v,...>
 ``/v1/chat/completions`` and ``/v1/models`` under the same prefix; no prefix: defaults). Keys:
 
 - ``status=N`` answer that status instead of a reply, with ``type=T`` as the body's ``error.type`` (none
-  without it) and ``retry_after=V`` as a ``Retry-After`` header; ``reject_first=N`` does it only for the
+  without it; ``body_hex=HEX``: that body, byte for byte, instead) and ``retry_after=V`` as a ``Retry-After``
+  header; ``reject_first=N`` does it only for the
   first N requests counted under ``key=K`` (the rest get the reply).
 - ``tokens=N`` output tokens (default: the body's ``max_tokens``); ``k=N`` tokens per chunk; ``tps=X`` tokens
   per second; ``headers_delay=S`` seconds before the status line; ``pad=N`` bytes of padding per chunk;
   ``stamp=1`` each chunk carries ``t_ns``, the server's ``time.monotonic_ns()`` at send.
-- ``usage=0`` no usage chunk even when asked; ``per_chunk_usage=1`` every chunk carries cumulative usage.
+- ``usage=0`` no usage chunk even when asked (a whole reply: no ``usage``); ``per_chunk_usage=1`` every chunk
+  carries cumulative usage.
 - ``finish=R`` the last chunk's finish reason (default ``length``; ``none``: no finish reason);
   ``done=0`` no ``[DONE]``; ``drain_after=N`` after N tokens a ``server_draining`` finish with
   ``drain_reason``; ``error_after=N,error_type=T`` after N tokens an error event of type T;
   ``truncate_after=N`` the body ends cleanly after N tokens (no finish, no ``[DONE]``);
   ``reset_after=N`` the connection is dropped mid-body after N tokens.
 - ``malformed=1`` a non-JSON event first; ``crlf=1`` CRLF line ends and a comment line per event.
+- ``uuid_ids=1`` as llama-cpp-python's server (starlette-context's request-id plugin, validating): a request
+  whose ``X-Request-Id`` is not a UUID gets 400 with an empty body, on every path.
+- ``refuse_stream_options=N`` a request whose body has ``stream_options`` gets status N (400 or 422) with an
+  error body naming the field (422: pydantic's shape; 400: ``error.message``).
+- ``id_header=NAME`` the request id comes from header NAME (default ``X-Request-Id``) and is echoed in it.
 
 ``GET /stats/<request_id>`` returns what the server recorded of that request: the headers and body it got,
 the first and last send times (monotonic ns), every send time, the tokens sent and whether the client
@@ -56,6 +63,16 @@ def _mode(path: str) -> tuple[dict[str, str], str]:
         if key:
             mode[key] = value
     return mode, "/" + rest
+
+
+def _is_uuid(text: str) -> bool:
+    import uuid
+
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _record(rid: str) -> dict[str, Any]:
@@ -102,8 +119,13 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
         return
     mode, path = _mode(scope["path"])
     headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-    rid = headers.get("x-request-id", "none")
-    echo = [(b"x-request-id", rid.encode())]
+    id_header = mode.get("id_header", "x-request-id").lower()
+    rid = headers.get(id_header, "none")
+    echo = [(id_header.encode(), rid.encode())]
+    if mode.get("uuid_ids") == "1" and "x-request-id" in headers and not _is_uuid(headers["x-request-id"]):
+        await send({"type": "http.response.start", "status": 400, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+        return
     if path == "/v1/models":
         await _json(send, 200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]}, echo)
         return
@@ -125,6 +147,16 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
     rec = _record(rid)
     rec["headers"] = headers
     rec["body"] = body
+    refuse = mode.get("refuse_stream_options")
+    if refuse and isinstance(body, dict) and "stream_options" in body:
+        rec["finished"] = True
+        if refuse == "422":
+            await _json(send, 422, {"detail": [{"type": "extra_forbidden", "loc": ["body", "stream_options"],
+                                                "msg": "Extra inputs are not permitted"}]}, echo)
+        else:
+            await _json(send, int(refuse), {"error": {"message": "Unknown field: stream_options",
+                                                      "type": "invalid_request_error", "code": int(refuse)}}, echo)
+        return
     if "headers_delay" in mode:
         await asyncio.sleep(float(mode["headers_delay"]))
     if await _refuse(mode, send, echo):
@@ -150,6 +182,10 @@ async def _refuse(mode: dict[str, str], send: Send, echo: list[tuple[bytes, byte
     extra = list(echo)
     if "retry_after" in mode:
         extra.append((b"retry-after", mode["retry_after"].encode()))
+    if "body_hex" in mode:
+        await send({"type": "http.response.start", "status": status, "headers": extra})
+        await send({"type": "http.response.body", "body": bytes.fromhex(mode["body_hex"])})
+        return True
     err: dict[str, object] = {"message": f"refused with {status}", "code": status}
     if "type" in mode:
         err["type"] = mode["type"]
@@ -177,9 +213,11 @@ async def _reply(mode: dict[str, str], body: dict[str, Any], chat: bool, send: S
         choice["text"] = text
     rec["tokens"] = tokens
     rec["finished"] = True
-    await _json(send, 200, {"id": "cmpl-test", "object": "chat.completion" if chat else "text_completion",
-                            "created": int(time.time()), "model": MODEL, "choices": [choice],
-                            "usage": _usage(body, tokens)}, echo)
+    reply: dict[str, Any] = {"id": "cmpl-test", "object": "chat.completion" if chat else "text_completion",
+                             "created": int(time.time()), "model": MODEL, "choices": [choice]}
+    if mode.get("usage") != "0":
+        reply["usage"] = _usage(body, tokens)
+    await _json(send, 200, reply, echo)
 
 
 async def _stream(mode: dict[str, str], body: dict[str, Any], chat: bool, receive: Receive, send: Send,

@@ -1,10 +1,14 @@
-"""Helpers of the load generator's tests: a schedule from offsets, a run against the test server, log lines."""
+"""Helpers of the load generator's tests: a schedule from offsets, a run against the test server, log lines, and
+the installed ``llmslo`` command run as a person runs it."""
 
 from __future__ import annotations
 
 import asyncio
 import io
 import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from llmslo.controls import CircuitBreaker
@@ -42,3 +46,18 @@ def only(url: str, **config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """One attempt against ``url``: its row and its log entry."""
     result, entries = run(url, at(0.0), **config)
     return result.rows[0], entries[0]
+
+
+LLMSLO = Path(sys.executable).parent / "llmslo"
+"""The installed command (the console script of this environment)."""
+
+
+def llmslo(*args: str, cwd: Path, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
+    """The installed ``llmslo`` with ``args``, run in ``cwd`` (so relative paths are the person's own)."""
+    assert LLMSLO.is_file(), f"the command is not installed at {LLMSLO}"
+    return subprocess.run([str(LLMSLO), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout_s)
+
+
+def attempts_log(path: Path) -> list[dict[str, Any]]:
+    """The lines of an attempts log, in the order the attempts ended."""
+    return [json.loads(line) for line in path.read_text().splitlines()]

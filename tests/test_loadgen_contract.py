@@ -50,7 +50,9 @@ def test_without_usage_the_tokens_are_the_chunks_counted(server: ServerProcess) 
     result, entries = run(server.url(usage=0, tokens=5), at(0.0, output=9))
     row = result.rows[0]
     assert row["generated_tokens"] == row["sent_tokens"] == 5 and entries[0]["usage_completion_tokens"] is None
-    assert result.no_usage == 1 and any("no usage" in n for n in result.notes())
+    assert entries[0]["token_source"] == "chunks"
+    assert (result.tokens.replies, result.tokens.from_usage, result.tokens.counted_chunks) == (1, 0, 1)
+    assert result.tokens.describe().startswith("tokens: counted content chunks (no usage in 1 of 1 replies")
 
 
 def test_a_chunk_of_k_tokens_gives_k_gaps_of_a_kth(server: ServerProcess) -> None:
