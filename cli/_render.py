@@ -126,8 +126,10 @@ def render_report(report: Report, console: Console) -> None:
                   f"{totals.good:,} good ({_pct(totals.goodput_fraction)}).[/dim]")
     for exception in basis.exceptions:
         console.print(f"[yellow]rates: {shown(exception)}[/yellow]")
+    mixed = report.clock is not None and report.clock.kind == "mixed"
     for name, text in report.definitions.items():
-        console.print(f"[dim]{shown(name)}: {shown(text)}[/dim]")
+        style = "yellow" if mixed and name == "clock" else "dim"  # rows on two clocks: said where it is seen
+        console.print(f"[{style}]{shown(name)}: {shown(text)}[/{style}]")
 
 
 def _aware(ca: CensoringAwareTtft, label: str) -> str:

@@ -20,6 +20,7 @@ from llmslo.analysis.report._model import (
     Accounting,
     Bucket,
     CensoringAwareTtft,
+    Clock,
     Distribution,
     Group,
     GroupRateBasis,
@@ -46,6 +47,7 @@ from llmslo.analysis.report._provenance import (
     stored_arrival_range,
 )
 from llmslo.analysis.report._report import (
+    CLIENT_DEFINITIONS,
     DEFINITIONS,
     GROUP_COLUMNS,
     LATENCY_INTERVALS,
@@ -53,6 +55,7 @@ from llmslo.analysis.report._report import (
     WINDOW_KEY,
     ReportSpec,
     build_report,
+    definitions_for,
 )
 from llmslo.analysis.report._selection import (
     LABEL_COLUMNS,
@@ -73,7 +76,9 @@ __all__ = [
     "Accounting",
     "ArrivallessImport",
     "Bucket",
+    "CLIENT_DEFINITIONS",
     "CensoringAwareTtft",
+    "Clock",
     "DEFAULT_TPOT_S",
     "DEFAULT_TTFT_S",
     "DEFINITIONS",
@@ -107,6 +112,7 @@ __all__ = [
     "arrivalless_imports",
     "build_report",
     "check_window_count",
+    "definitions_for",
     "id_prefix_sql",
     "km_quantiles",
     "latency_ecdf",

@@ -257,11 +257,36 @@ class Totals:
 
 
 @dataclass(frozen=True)
+class Clock:
+    """Whose clock the report's rows were measured on, read from the rows themselves: ``client_rows`` carry a
+    figure of a client's clock and their ``ttft_s`` is that client's (``client_ttft_s`` repeats it) with no
+    ``queue_s`` (``llmslo load``'s rows, rows imported from benchmark files); ``server_rows`` have a ``queue_s``,
+    or a ``ttft_s`` apart from any ``client_ttft_s``; the other rows of ``rows`` tell nothing (a refusal with no
+    time of either kind). ``kind``: ``client``, ``server``, ``mixed`` (both), or ``unknown`` (neither)."""
+
+    rows: int
+    client_rows: int
+    server_rows: int
+
+    @property
+    def kind(self) -> str:
+        if self.client_rows and self.server_rows:
+            return "mixed"
+        if self.client_rows:
+            return "client"
+        return "server" if self.server_rows else "unknown"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "rows": self.rows, "client_rows": self.client_rows,
+                "server_rows": self.server_rows}
+
+
+@dataclass(frozen=True)
 class Report:
     """The whole report: the policy it was judged under, its horizon (``until_unix_s``, Unix seconds:
     requests that finished after it are in flight; None: when the data was taken), its grouping and rate
-    basis, the definitions of its figures, caveats about the data, totals and groups (in group-key
-    order)."""
+    basis, the definitions of its figures (worded for the clock the rows were measured on: ``clock``),
+    caveats about the data, totals and groups (in group-key order)."""
 
     schema_version: int
     caveats: tuple[str, ...]
@@ -272,6 +297,7 @@ class Report:
     totals: Totals
     groups: tuple[Group, ...]
     until_unix_s: float | None = None
+    clock: Clock | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready form (``llmslo report --json``)."""
@@ -282,6 +308,7 @@ class Report:
             "until_unix_s": self.until_unix_s,
             "group_by": list(self.group_by),
             "rate_basis": self.rate_basis.to_dict(),
+            "clock": None if self.clock is None else self.clock.to_dict(),
             "definitions": dict(self.definitions),
             "totals": self.totals.to_dict(),
             "groups": [g.to_dict() for g in self.groups],

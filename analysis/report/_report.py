@@ -22,6 +22,7 @@ from llmslo.analysis.report._model import (
     Accounting,
     Bucket,
     CensoringAwareTtft,
+    Clock,
     Distribution,
     Group,
     GroupRateBasis,
@@ -74,6 +75,8 @@ SHED_NOTABLE = 0.10
 (docs/conventions.md, "Survivor bias")."""
 
 DEFINITIONS: dict[str, str] = {
+    "clock": "the server's: rows measured by the server (a queue_s, or a ttft_s of its own apart from "
+             "client_ttft_s), as llmslo serve and the telemetry write them",
     "ttft_s": "first token committed - arrival (server clock, includes queueing and prefill)",
     "tpot_s": "(last_token - first_token) / (generated_tokens - 1); undefined for <= 1 token",
     "itl_s": "gaps between token commits, token-weighted (a k-token commit gives k gaps of gap/k)",
@@ -86,8 +89,49 @@ DEFINITIONS: dict[str, str] = {
     "after e2e_s seconds is censored at e2e_s",
     "backpressure_waste_tokens": "generated_tokens - sent_tokens at the terminal state",
 }
+"""The definitions of a report over rows measured by the server (:func:`definitions_for` words them for the
+clock the rows were measured on)."""
+CLIENT_DEFINITIONS: dict[str, str] = {
+    "ttft_s": "first content chunk received - request sent (client clock: includes the network and the server's "
+              "queueing and prefill)",
+    "tpot_s": "(last content chunk - first content chunk) / (generated_tokens - 1), received; undefined for "
+              "<= 1 token",
+    "itl_s": "gaps between content chunks received, token-weighted (a chunk of k tokens gives k gaps of gap/k)",
+    "e2e_s": "end of the attempt (last byte received, or the client's hang-up) - request sent (client clock)",
+    "queue_s": "scheduled - arrival, a server's figure: none on these rows",
+}
+"""What the server-clock definitions become over rows measured by a client (``llmslo load``'s, imported
+benchmark files')."""
+
+
+def definitions_for(clock: Clock) -> dict[str, str]:
+    """The report's definitions worded for ``clock``: the server's (:data:`DEFINITIONS`), a client's
+    (:data:`CLIENT_DEFINITIONS` in their place), both for mixed rows, and how the clock was told."""
+    out = dict(DEFINITIONS)
+    rest = clock.rows - clock.client_rows - clock.server_rows
+    untold = f"; {rest:,} carry no time that tells (e.g. refusals)" if rest else ""
+    if clock.kind == "client":
+        out.update(CLIENT_DEFINITIONS)
+        out["clock"] = (f"the client's: {clock.client_rows:,} of {clock.rows:,} rows were measured by a client "
+                        f"(ttft_s repeated in client_ttft_s, a client figure, no queue_s), as llmslo load and "
+                        f"the benchmark importers write them{untold}")
+    elif clock.kind == "mixed":
+        out["clock"] = (f"MIXED: {clock.client_rows:,} rows were measured by a client (ttft_s = client_ttft_s, no "
+                        f"queue_s) and {clock.server_rows:,} by the server{untold}; their intervals are on "
+                        "different clocks, so figures that pool them mean neither: keep them apart (a store each, "
+                        "or --by version)")
+        for name, text in CLIENT_DEFINITIONS.items():
+            out[name] = f"server rows: {out[name]}; client rows: {text}"
+    elif clock.kind == "server":
+        out["clock"] = (f"the server's: {clock.server_rows:,} of {clock.rows:,} rows were measured by the server "
+                        f"(a queue_s, or a ttft_s apart from client_ttft_s){untold}")
+    else:
+        out["clock"] = (f"not told by the rows: none of the {clock.rows:,} has a queue_s, a ttft_s or a client "
+                        "figure; the definitions are the server's")
+    return out
 
 __all__ = [
+    "CLIENT_DEFINITIONS",
     "DEFINITIONS",
     "GROUP_COLUMNS",
     "LATENCY_INTERVALS",
@@ -95,6 +139,7 @@ __all__ = [
     "WINDOW_KEY",
     "ReportSpec",
     "build_report",
+    "definitions_for",
 ]
 
 
@@ -171,8 +216,9 @@ def build_report(
     good = sum(g.good for g in groups)
     settled = attempted - in_flight
     totals = Totals(raw.n_total, attempted, good, in_flight, good / settled if settled else None)
-    return Report(SCHEMA_VERSION, tuple(_import_caveats(database)), policy, spec.keys, rate_basis, DEFINITIONS,
-                  totals, tuple(groups), spec.until_unix_s)
+    clock = Clock(raw.n_total, raw.client_clock_rows, raw.server_clock_rows)
+    return Report(SCHEMA_VERSION, tuple(_import_caveats(database)), policy, spec.keys, rate_basis,
+                  definitions_for(clock), totals, tuple(groups), spec.until_unix_s, clock)
 
 
 def _span(raw: RawReport, policy: GoodputPolicy, until_unix_s: float | None) -> RateBasis:

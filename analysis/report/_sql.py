@@ -16,7 +16,7 @@ text is the same as before).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +62,9 @@ Key = tuple[Any, ...]
 class RawReport:
     """What the queries return: the span of the data and the raw rows of every group, keyed by group.
 
+    ``client_clock_rows`` / ``server_clock_rows``: how many rows were measured on a client's clock
+    (:data:`CLIENT_CLOCK_SQL`) and on the server's (:data:`SERVER_CLOCK_SQL`); the rest carry nothing that tells.
+
     The span (Unix seconds) runs from the first arrival to the last finish of the rows with arrival times
     (rows from imports without them are left out). ``main`` holds one row per group in group-key order,
     with ``no_arrival_rows`` (how many of its rows came from imports without arrival times) and
@@ -76,6 +79,8 @@ class RawReport:
     main: list[dict[str, Any]]
     itl: dict[Key, dict[str, Any]] = field(default_factory=dict)
     km: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    client_clock_rows: int = 0
+    server_clock_rows: int = 0
 
     def key_of(self, row: dict[str, Any]) -> Key:
         return tuple(row[k] for k in self.keys)
@@ -274,6 +279,35 @@ def finite(value: Any) -> float | None:
 _INTERVAL_EXPR: dict[str, str] = {"ttft_s": "ttft_s", "tpot_s": "tpot_s_derived", "e2e_s": "e2e_s",
                                   "queue_s": "queue_s", "client_ttft_s": "client_ttft_s"}
 """The main aggregate's expression of each interval (over :func:`_base_sql`); ``itl_s`` has its own pass."""
+CLIENT_CLOCK_SQL = ("queue_s IS NULL AND (client_ttft_s IS NOT NULL OR client_e2e_s IS NOT NULL) "
+                    "AND (ttft_s IS NULL OR coalesce(ttft_s = client_ttft_s, FALSE))")
+"""A row measured on a client's clock: it carries a figure of the client's clock, its ``ttft_s`` is that
+client's (``client_ttft_s`` repeats it: ``llmslo load``'s rows, and rows imported from benchmark tools' files),
+and it has no ``queue_s`` (a client cannot see the server's queue)."""
+SERVER_CLOCK_SQL = "queue_s IS NOT NULL OR (ttft_s IS NOT NULL AND NOT coalesce(ttft_s = client_ttft_s, FALSE))"
+"""A row measured on the server's clock: it has a ``queue_s``, or a ``ttft_s`` that is not its ``client_ttft_s``
+(``llmslo serve``'s rows, and any server's through the telemetry). A row neither this nor
+:data:`CLIENT_CLOCK_SQL` (a refusal with no time of either kind) tells nothing of its clock."""
+
+
+def clock_conditions(present: Mapping[str, bool]) -> tuple[str | None, str | None]:
+    """:data:`CLIENT_CLOCK_SQL` and :data:`SERVER_CLOCK_SQL` with every term on a column that is null in every row
+    (``present``: the pre-pass's answers) resolved, so the aggregate never reads such a column; None for a
+    condition that no row can meet."""
+    queue, ttft, c_ttft, c_e2e = (present[k] for k in ("queue_s", "ttft_s", "client_ttft_s", "client_e2e_s"))
+    figures = [f"{c} IS NOT NULL" for c, here in (("client_ttft_s", c_ttft), ("client_e2e_s", c_e2e)) if here]
+    client: str | None = None
+    if figures:
+        terms = ["queue_s IS NULL"] if queue else []
+        terms.append(f"({' OR '.join(figures)})")
+        if ttft:
+            terms.append("(ttft_s IS NULL OR coalesce(ttft_s = client_ttft_s, FALSE))" if c_ttft else "ttft_s IS NULL")
+        client = " AND ".join(terms)
+    either = ["queue_s IS NOT NULL"] if queue else []
+    if ttft:
+        either.append("(ttft_s IS NOT NULL AND NOT coalesce(ttft_s = client_ttft_s, FALSE))" if c_ttft
+                      else "ttft_s IS NOT NULL")
+    return client, " OR ".join(either) or None
 ADMITTED = "finish_reason <> 'rejected'"
 """A row the censoring-aware TTFT counts: admitted (every finish reason but ``rejected``)."""
 def _presence(dialect: Dialect) -> dict[str, str]:
@@ -284,6 +318,7 @@ def _presence(dialect: Dialect) -> dict[str, str]:
         "e2e_s": "e2e_s IS NOT NULL",
         "queue_s": "queue_s IS NOT NULL",
         "client_ttft_s": "client_ttft_s IS NOT NULL",
+        "client_e2e_s": "client_e2e_s IS NOT NULL",  # for the clock only (no distribution of its own)
         "itl_s": dialect.has_elements("itl_s"),
     }
 
@@ -331,7 +366,8 @@ def fetch_raw(
     2. the main aggregate, one hash aggregate over the groups: counts, goodput, token sums; for each
        interval mean, exact quantiles, max and the bucket counts (one ``histogram`` each); the span
        (first arrival, last arrival + ``e2e_s``, Unix seconds: min and max of the groups' own);
-       success-only TTFT; and per group its admitted and censored counts and the Kaplan–Meier TTFT
+       success-only TTFT; the rows measured on a client's clock and on the server's (which clock the
+       report's definitions speak of); and per group its admitted and censored counts and the Kaplan–Meier TTFT
        quantiles it has when nothing is censored: the inverse empirical CDF of ``ttft_s`` over its
        admitted rows (``quantile_disc`` with DECIMAL fractions, exact; see
        :mod:`~llmslo.analysis.report._survival`);
@@ -367,7 +403,8 @@ def fetch_raw(
         # every exact quantile inside the main aggregate, unless together they could exceed the budget (an upper
         # bound: every row holds a value of every one of them); then as many as fit it at that bound
         (rows,) = database.tuples(f"SELECT count(*) FROM {database.summaries}")[0]
-        if HOLISTIC_BYTES_PER_VALUE * int(rows) * (sum(present.values()) + 2) <= budget:
+        quantiled = sum(v for k, v in present.items() if k in LATENCY_INTERVALS)
+        if HOLISTIC_BYTES_PER_VALUE * int(rows) * (quantiled + 2) <= budget:
             budget = None
         else:
             inline = budget // (HOLISTIC_BYTES_PER_VALUE * int(rows))
@@ -418,6 +455,11 @@ def fetch_raw(
     q.add("coalesce(sum(generated_tokens - sent_tokens), 0)", "waste")
     if check_arrivals:
         q.add(d.count_if(unplaceable_arrival(d)), "__unplaceable")
+    for cond, alias in zip(clock_conditions(present), ("__client_clock", "__server_clock"), strict=True):
+        if cond is None:
+            q.outer.append(f"0 AS {alias}")
+        else:
+            q.add(d.count_if(cond), alias)
     deferred: list[_Holistic] | None = [] if budget is not None else None
     so_from_ttft = False
     for name, expr in _INTERVAL_EXPR.items():
@@ -477,7 +519,7 @@ def fetch_raw(
                 ok = row["finish_reason"] in policy.success and row.get("ttft_s__q") is not None
                 row["so__q"] = [row["ttft_s__q"][i] for i in positions] if ok else None
 
-    n_total = 0
+    n_total = client_clock = server_clock = 0
     span_from: float | None = None
     span_to: float | None = None
     admitted_groups: dict[Key, _AdmittedGroup] = {}
@@ -485,6 +527,8 @@ def fetch_raw(
         row.update(filled)
         row["no_arrival_imports"] = list(row["no_arrival_imports"] or [])
         n_total += row["attempted"]
+        client_clock += int(row.pop("__client_clock") or 0)
+        server_clock += int(row.pop("__server_clock") or 0)
         lo, hi = row.pop("__span_from"), row.pop("__span_to")
         span_from = lo if span_from is None or (lo is not None and lo < span_from) else span_from
         span_to = hi if span_to is None or (hi is not None and hi > span_to) else span_to
@@ -511,7 +555,7 @@ def fetch_raw(
             itl_rows[tuple(itl_row[k] for k in keys)] = itl_row
 
     km = _censoring_aware(database, base, keys, admitted_groups, on_progress)
-    return RawReport(keys, n_total, finite(span_from), finite(span_to), main, itl_rows, km)
+    return RawReport(keys, n_total, finite(span_from), finite(span_to), main, itl_rows, km, client_clock, server_clock)
 
 
 @dataclass(frozen=True)
