@@ -3,8 +3,8 @@
 Two halves. The **contracts** (the summary schema, the metric name catalogue, the SLO policy, bucket
 bounds, durations, errors) load eagerly and need only the standard library: the analysis, the rules and
 the dashboards read them. The **runtime** (lifecycle, metrics, exposition, sink, streams, spans, GPU
-sampler) loads on first use of one of its names (PEP 562), so a contract user never loads
-prometheus-client. Nothing here loads polars, duckdb, pyarrow, scipy, numpy, typer, streamlit or
+sampler, the ASGI middleware) loads on first use of one of its names (PEP 562), so a contract user never
+loads prometheus-client. Nothing here loads polars, duckdb, pyarrow, scipy, numpy, typer, streamlit or
 OpenTelemetry (the summary sink's DuckDB and Parquet writers live in ``llmslo.analysis.store``;
 :class:`RequestTracing` imports OpenTelemetry when it is constructed).
 """
@@ -74,7 +74,9 @@ _RUNTIME: dict[str, str] = {
     "Guard": "_guard",
     "JsonlWriter": "_sink",
     "LabelPolicy": "_labels",
+    "LlmsloMiddleware": "_middleware",
     "MetricsServer": "_exposition",
+    "MiddlewareConfig": "_middleware",
     "OtlpExport": "_otel",
     "RequestScope": "_lifecycle",
     "RequestTracing": "_otel",
@@ -91,6 +93,7 @@ _RUNTIME: dict[str, str] = {
     "TelemetryMetrics": "_metrics",
     "TerminalRecord": "_streams",
     "current_tracker": "_lifecycle",
+    "default_telemetry": "_middleware",
     "metrics_app": "_exposition",
     "render_metrics": "_exposition",
     "simulate_stream": "_streams",
@@ -118,6 +121,7 @@ if typing.TYPE_CHECKING:
     from llmslo.telemetry._labels import FORBIDDEN_LABELS, LabelPolicy
     from llmslo.telemetry._lifecycle import RequestScope, RequestTracker, Telemetry, current_tracker
     from llmslo.telemetry._metrics import TelemetryMetrics
+    from llmslo.telemetry._middleware import LlmsloMiddleware, MiddlewareConfig, default_telemetry
     from llmslo.telemetry._otel import OtlpExport, RequestTracing
     from llmslo.telemetry._sink import JsonlWriter, SummarySink, SummaryWriter
     from llmslo.telemetry._streams import (
@@ -156,12 +160,14 @@ __all__ = [
     "Label",
     "LabelPolicy",
     "LlmsloError",
+    "LlmsloMiddleware",
     "METRICS",
     "METRICS_BY_KEY",
     "METRICS_BY_NAME",
     "Metric",
     "MetricType",
     "MetricsServer",
+    "MiddlewareConfig",
     "OBSERVATION_DROP_REASONS",
     "OVERFLOW_VALUE",
     "OtlpExport",
@@ -202,6 +208,7 @@ __all__ = [
     "VERSION_TTFT_P95",
     "Violation",
     "current_tracker",
+    "default_telemetry",
     "format_duration",
     "metrics_app",
     "parse_duration",

@@ -12,7 +12,8 @@ on every definition:
   (``text``, or ``delta.content`` / ``reasoning_content`` / ``reasoning``); the first content chunk is the
   first token; ``usage`` gives the prompt and completion tokens (cumulative where a server repeats it);
   the first choice's ``finish_reason`` is the server's word for how the reply ended;
-* :func:`classify_finish` maps a server's finish reason onto ours (definitions.md).
+* :func:`classify_finish` maps a server's finish reason onto ours (definitions.md); :func:`classify_status`
+  a refusal or failure status with its body's ``error.type``, :func:`classify_error` an error event.
 
 Anything a server sends is data, never a reason to raise. Standard library only.
 """
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+
+from llmslo.telemetry._summary import REJECT_REASONS
 
 MAX_EVENT_BYTES = 16 * 1024 * 1024
 """The longest event this parser holds before giving up (:class:`SseTooLarge`), bytes."""
@@ -195,3 +198,26 @@ def classify_finish(reason: str) -> tuple[str, str | None, bool]:
     if reason in ABORT_REASONS:
         return "error", "stream_error", False
     return "stop", None, reason not in STOP_SYNONYMS
+
+
+def classify_status(status: int, error_type: str | None) -> tuple[str, str | None, str | None]:
+    """A response of ``status`` (>= 400) whose body's ``error.type`` is ``error_type`` (None: none) as
+    ``(finish_reason, reject_reason, error_type)`` of ours: a 429 or 503 whose type is one of our reject reasons
+    is ``rejected`` with it; a ``deadline`` type is ``deadline`` (a queue timeout, a 504); any other 429 is
+    ``rejected`` / ``rate_limited``; anything else ``error`` / ``http_<status>``."""
+    if status in (429, 503) and error_type in REJECT_REASONS:
+        return "rejected", error_type, None
+    if error_type == "deadline":
+        return "deadline", None, None
+    if status == 429:
+        return "rejected", "rate_limited", None
+    return "error", None, f"http_{status}"
+
+
+def classify_error(error_type: str) -> tuple[str, str | None]:
+    """An error event of a stream (or the error object of a 200 reply) whose type is ``error_type`` as
+    ``(finish_reason, error_type)`` of ours: ``server_draining`` and ``deadline`` keep their names, anything
+    else is ``error`` / ``stream_error``."""
+    if error_type in ("server_draining", "deadline"):
+        return error_type, None
+    return "error", "stream_error"
