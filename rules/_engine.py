@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Literal
 
 from llmslo.rules._errors import SpecError
 from llmslo.rules._promql import Matcher, number
-from llmslo.rules._spec import ObjectiveSpec, Spec
+from llmslo.rules._spec import ObjectiveKind, ObjectiveSpec, Spec
 from llmslo.telemetry import METRICS_BY_KEY, TARGET_LABELS
 
 if TYPE_CHECKING:
     from llmslo.engines import EngineProfile, Series
 
-__all__ = ["EngineSupportError", "Refusal", "Sli", "bind_objectives", "bind_operational", "resolve_engine"]
+__all__ = ["EngineSupportError", "Refusal", "Sli", "bind_objectives", "bind_operational", "resolve_engine", "support"]
 
 FRONT = ("put llmslo's middleware (llmslo.telemetry, inside the server) or llmslo's gateway in front of the "
          "engine and generate the rules without --engine: they observe every request's stream")
@@ -309,3 +309,30 @@ def bind_operational(spec: Spec, profile: EngineProfile | None) -> tuple[tuple[s
     refused = [Refusal(f"operational.{k}", k, profile.name, _OPERATIONAL_REASONS[k][0].format(engine=profile.name),
                        _OPERATIONAL_REASONS[k][1]) for k in enabled if k not in ENGINE_SUPPORTED_OPERATIONAL]
     return kept, refused
+
+
+PROBES: tuple[tuple[ObjectiveKind, str], ...] = (
+    ("goodput", ""), ("latency", "ttft"), ("latency", "tpot"), ("latency", "itl"), ("latency", "e2e"),
+    ("latency", "queue"), ("availability", "error"), ("saturation", "waiting"), ("saturation", "running"),
+    ("saturation", "kv_usage"))
+"""The objectives :func:`support` tries: (kind, latency metric, bad finish reason or gauge)."""
+
+
+def support(profile: EngineProfile) -> list[tuple[str, str, str | None]]:
+    """What ``profile``'s own series can alert on: (kind, metric, ``None`` when they can give it, else why not),
+    a latency tried at one of the engine's own bucket bounds (docs/dashboards.md shows it as a table)."""
+    out: list[tuple[str, str, str | None]] = []
+    for kind, metric in PROBES:
+        series = profile.get(f"{metric}_s") if kind == "latency" else None
+        threshold = series.buckets[0] if series is not None and series.buckets else 1.0
+        objective = ObjectiveSpec(
+            "probe", kind, Decimal(99), "", (), None, metric=metric if kind in ("latency", "saturation") else None,
+            threshold_s=threshold if kind == "latency" else None, bad=(metric,) if kind == "availability" else (),
+            limit=Decimal(1) if kind == "saturation" else None)
+        try:
+            _bind_engine(Spec("probe", (objective,)), objective, profile)
+        except _Refused as exc:
+            out.append((kind, metric, exc.reason))
+        else:
+            out.append((kind, metric, None))
+    return out
