@@ -22,7 +22,6 @@ import logging
 import os
 import signal
 import socket
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from llmslo.controls import DrainRecord
 from llmslo.server._app import ServerApp
 from llmslo.server._config import ServerConfig
 from llmslo.telemetry import SloPolicy, SummarySink, SummaryWriter, Telemetry
+from llmslo.telemetry._files import create_temporary
 
 if TYPE_CHECKING:
     import uvicorn
@@ -217,7 +217,7 @@ def write_drain_record(config: ServerConfig, record: DrainRecord) -> Path:
     assert path is not None
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, tmp = create_temporary(path.parent, f".{path.name}.")  # the umask's mode, as other outputs
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(drain_record_document(config, record), fh, indent=2)

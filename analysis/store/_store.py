@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -54,6 +53,7 @@ from llmslo.analysis.store._validation import (
     violation_conditions,
 )
 from llmslo.telemetry import COLUMN_NAMES, SCHEMA_VERSION, LlmsloError
+from llmslo.telemetry._files import create_temporary
 
 if TYPE_CHECKING:
     import polars as pl
@@ -567,7 +567,7 @@ class Store:
         records = self.con.sql(
             f"SELECT __r, {record_sql} FROM ({inner}) s WHERE __r IN (SELECT r FROM {wanted}) ORDER BY __r"
         ).fetchall()
-        fd, tmp = tempfile.mkstemp(prefix=out.name + ".", dir=out.parent)
+        fd, tmp = create_temporary(out.parent, out.name + ".")  # the umask's mode: others may read it
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             for r, text in records:
                 record = json.loads(text)
