@@ -16,10 +16,11 @@ import streamlit as st
 
 from llmslo.analysis import AnomalyConfig, AnomalyReport, GoodputPolicy, Report, ReportSpec, aligned_frame, build_report
 from llmslo.analysis import detect_anomalies as _detect_anomalies
+from llmslo.analysis.gpu import TimeOverlap, time_overlap
 from llmslo.analysis.report import Ecdf, RowSelection, StoreContents, latency_ecdf, selected_rows, store_contents
 from llmslo.analysis.rollout import UpdateRecord, VersionComparison, compare_versions, list_updates
 
-__all__ = ["anomalies", "comparison", "contents", "ecdf", "gpu_frame", "report", "updates"]
+__all__ = ["anomalies", "comparison", "contents", "ecdf", "gpu_frame", "gpu_overlap", "report", "updates"]
 
 
 
@@ -60,6 +61,13 @@ def gpu_frame(_con: duckdb.DuckDBPyConnection, token: tuple[Any, ...], selection
     """GPU, engine and request series on one grid of ``bucket_s`` seconds (``llmslo gpu correlate``)."""
     with selected_rows(_con, selection):
         return aligned_frame(_con, bucket_s=bucket_s)
+
+
+@st.cache_data(show_spinner=False, max_entries=256, ttl=3600)
+def gpu_overlap(_con: duckdb.DuckDBPyConnection, token: tuple[Any, ...], selection: RowSelection) -> TimeOverlap:
+    """When the GPU/engine samples and the selected requests were taken, and the time they share."""
+    with selected_rows(_con, selection):
+        return time_overlap(_con)
 
 
 @st.cache_data(show_spinner=False, max_entries=256, ttl=3600)

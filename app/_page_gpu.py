@@ -68,6 +68,12 @@ def render(ctx: Context) -> None:
     selection = dataclasses.replace(ctx.selection, placeable_only=True)  # only rows placed in time align
     st.text(selection_text(ctx, None) + "; rows without arrival times cannot be placed on the time grid")
     try:
+        overlap = compute.gpu_overlap(ctx.opened.store.con, ctx.opened.token, selection)
+        if overlap.both and overlap.overlap is None:
+            problem("The GPU and engine samples and the selected requests do not overlap in time: there is nothing "
+                    "to correlate (a file with relative times imported with --start 0 sits in 1970; import it with "
+                    "the run's start).")
+            return
         frame = compute.gpu_frame(ctx.opened.store.con, ctx.opened.token, selection, bucket_s)
     except LlmsloError as exc:
         problem(str(exc))
@@ -87,8 +93,11 @@ def render(ctx: Context) -> None:
         st.text("No selected request can be placed beside the samples: only the samples are shown.")
     gpu_first = [c for c in signals if c in GPU_SIGNALS] + [c for c in signals if c not in GPU_SIGNALS]
     chart(charts.gpu_series(frame, [*gpu_first, *targets], TITLES))
-    st.subheader(f"Correlations over {frame.height:,} buckets of {bucket}")
-    corr = correlation_frame(frame, lag_s)
+    shared = overlap.restrict(frame)  # samples and requests are correlated over the time they share only
+    st.subheader(f"Correlations over {shared.height:,} buckets of {bucket}")
+    if overlap.overlap is not None:
+        st.text(f"Over the {overlap.overlap_s:,.0f} s that the samples and the selected requests share.")
+    corr = correlation_frame(shared, lag_s)
     if corr.height:
         table(corr)
     else:

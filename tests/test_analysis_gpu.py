@@ -93,7 +93,7 @@ def test_vllm_engine_series_is_stored_long_and_counters_become_rates(bsc: Path) 
     e = read_vllm_engine_csv(bsc / "metrics_engine_server_0.csv")
     assert set(e["name"].unique()) >= {"gpu_cache_usage_perc", "num_requests_waiting", "generation_tokens_total"}
     con = duckdb.connect()
-    import_gpu_file(con, "vllm-engine", bsc / "metrics_engine_server_0.csv")
+    import_gpu_file(con, "vllm-engine", bsc / "metrics_engine_server_0.csv", start_unix_s=0.0)
     f = aligned_frame(con)
     assert "generation_tokens_per_s" in f.columns and "generation_tokens_total" not in f.columns
     total = e.filter(pl.col("name") == "generation_tokens_total")["value"]
@@ -104,9 +104,9 @@ def test_vllm_engine_series_is_stored_long_and_counters_become_rates(bsc: Path) 
 
 def test_real_run_kv_cache_usage_tracks_running_requests_and_power_follows_load(bsc: Path) -> None:
     con = duckdb.connect()
-    import_gpu_file(con, "nvidia-smi", bsc / "metrics_gpu_device_nvidia_smi_0_server_0.csv")
-    import_gpu_file(con, "dmon", bsc / "metrics_gpu_device_nvidia_smi_dom_0_server_0.csv")
-    import_gpu_file(con, "vllm-engine", bsc / "metrics_engine_server_0.csv")
+    import_gpu_file(con, "nvidia-smi", bsc / "metrics_gpu_device_nvidia_smi_0_server_0.csv", start_unix_s=0.0)
+    import_gpu_file(con, "dmon", bsc / "metrics_gpu_device_nvidia_smi_dom_0_server_0.csv", start_unix_s=0.0)
+    import_gpu_file(con, "vllm-engine", bsc / "metrics_engine_server_0.csv", start_unix_s=0.0)
     f = aligned_frame(con)
     by = {(c.signal, c.target): c for c in correlate(f)}
     kv_running = by[("gpu_cache_usage_perc", "num_requests_running")]
@@ -166,7 +166,7 @@ def test_gpu_cli_imports_the_real_run_and_prints_correlations(bsc: Path, tmp_pat
     for kind, name in (("nvidia-smi", "metrics_gpu_device_nvidia_smi_0_server_0.csv"),
                        ("dmon", "metrics_gpu_device_nvidia_smi_dom_0_server_0.csv"),
                        ("vllm-engine", "metrics_engine_server_0.csv")):
-        r = runner.invoke(gpu_app, ["import", kind, str(bsc / name), "--db", db])
+        r = runner.invoke(gpu_app, ["import", kind, str(bsc / name), "--db", db, "--start", "0"])
         assert r.exit_code == 0, r.output
     r = runner.invoke(gpu_app, ["correlate", "--db", db, "--json"])
     assert r.exit_code == 0, r.output

@@ -84,7 +84,7 @@ def test_a_failed_import_rolls_back_and_a_new_store_is_not_left_behind(tmp_path:
     bad = tmp_path / "bad.csv"
     bad.write_text(SMI_HEADER + "0.0, 0, 3 %, 100 W\nabc, 0, 4 %, 100 W\n")
     db = tmp_path / "new.duckdb"
-    res = _invoke("import", "nvidia-smi", str(bad), "--db", str(db))
+    res = _invoke("import", "nvidia-smi", str(bad), "--db", str(db), "--start", str(BASE))
     assert res.exit_code == EXIT_INPUT and "bad.csv:3" in res.stderr
     assert not db.exists()
     res = _invoke("import", "nvtop", str(bad), "--db", str(db))
@@ -107,10 +107,11 @@ def test_correlate_on_a_store_without_gpu_data_says_so_and_exits_1(tmp_path: Pat
 
 def test_correlate_with_gpu_samples_alone_says_what_is_missing(tmp_path: Path) -> None:
     db = tmp_path / "g.duckdb"
-    assert _invoke("import", "nvidia-smi", str(_smi(tmp_path / "s.csv")), "--db", str(db)).exit_code == 0
+    assert _invoke("import", "nvidia-smi", str(_smi(tmp_path / "s.csv")), "--db", str(db), "--start",
+                   str(BASE)).exit_code == 0
     res = _invoke("correlate", "--db", str(db))
     assert res.exit_code == EXIT_INPUT
-    assert "neither request summaries nor engine samples" in " ".join(res.stderr.split())
+    assert "neither request summaries placed in time nor engine samples" in " ".join(res.stderr.split())
 
 
 def test_correlate_with_too_few_buckets_is_an_error_not_an_empty_table(tmp_path: Path) -> None:
@@ -125,9 +126,11 @@ def test_correlate_with_too_few_buckets_is_an_error_not_an_empty_table(tmp_path:
 
 def test_sources_far_apart_in_time_are_refused_before_the_grid_is_laid_out(tmp_path: Path) -> None:
     db = tmp_path / "g.duckdb"
-    assert _invoke("import", "nvidia-smi", str(_smi(tmp_path / "s.csv")), "--db", str(db)).exit_code == 0  # at 0
-    with Store.open(db) as store:
-        store.ingest_frame(pl.DataFrame([ok_row(i, arrival_unix_s=BASE + i) for i in range(20)]))
+    assert _invoke("import", "nvidia-smi", str(_smi(tmp_path / "s.csv")), "--db", str(db),
+                   "--start", "0").exit_code == 0  # at 1970
+    engine = tmp_path / "engine.csv"
+    engine.write_text("time [s],num_requests_running\n" + "".join(f"{k},{k % 5}\n" for k in range(20)))
+    assert _invoke("import", "vllm-engine", str(engine), "--db", str(db), "--start", str(BASE)).exit_code == 0
     res = _invoke("correlate", "--db", str(db))
     assert res.exit_code == EXIT_INPUT and "--start" in res.stderr and "buckets" in res.stderr
 
@@ -138,7 +141,8 @@ def test_sources_far_apart_in_time_are_refused_before_the_grid_is_laid_out(tmp_p
 def test_import_json_is_one_object_with_the_key_and_the_rows(tmp_path: Path) -> None:
     db = tmp_path / "g.duckdb"
     smi = _smi(tmp_path / "smi.csv")
-    docs = [json.loads(_invoke("import", "nvidia-smi", str(smi), "--db", str(db), "--json").stdout) for _ in (1, 2)]
+    docs = [json.loads(_invoke("import", "nvidia-smi", str(smi), "--db", str(db), "--start", str(BASE),
+                               "--json").stdout) for _ in (1, 2)]
     assert [(d["rows_written"], d["rows_recorded"], d["already_imported"]) for d in docs] == [(20, 20, False),
                                                                                            (0, 20, True)]
     assert docs[0]["content_sha256"] == docs[1]["content_sha256"] and docs[0]["table"] == GPU_TABLE
@@ -195,4 +199,4 @@ def test_an_engine_header_that_cannot_be_a_column_is_refused(tmp_path: Path) -> 
     engine = tmp_path / "engine.csv"
     engine.write_text("time [s],a,a\n0,1,2\n")
     with pytest.raises(GpuFormatError, match=r"column 3 of the header \('a'\) appears twice"):
-        import_gpu_file(duckdb.connect(), "vllm-engine", engine)
+        import_gpu_file(duckdb.connect(), "vllm-engine", engine, start_unix_s=BASE)

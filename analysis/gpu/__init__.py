@@ -11,10 +11,12 @@ from llmslo.analysis.gpu._correlate import (
     REQUEST_TARGETS,
     Correlation,
     LagResult,
+    TimeOverlap,
     aligned_frame,
     correlate,
     gpu_state_during_decode,
     lagged_correlation,
+    time_overlap,
 )
 from llmslo.analysis.gpu._samples import (
     ENGINE_TABLE,
@@ -45,6 +47,7 @@ __all__ = [
     "GpuImport",
     "LagResult",
     "REQUEST_TARGETS",
+    "TimeOverlap",
     "aligned_frame",
     "correlate",
     "ensure_gpu_tables",
@@ -56,4 +59,5 @@ __all__ = [
     "read_vllm_engine_csv",
     "store_engine_samples",
     "store_gpu_samples",
+    "time_overlap",
 ]

@@ -11,7 +11,11 @@
   generated tokens per second; ``model_forward_time_per_s``: seconds of forward pass per second);
 * request summaries: by arrival bucket the mean ``ttft_s``, ``tpot_s``, ``queue_s`` (seconds) and
   ``arrivals_per_s``; by terminal-state bucket ``generated_tokens_per_s``; ``in_flight`` (requests
-  arrived and not yet finished at the bucket start).
+  arrived and not yet finished at the bucket start). Rows from imports without arrival times (stored at
+  arrival 0) cannot be placed in time and are left out.
+
+:func:`time_overlap` says when the samples and the requests were taken and how much of that they share:
+correlate them only over the overlap (:meth:`TimeOverlap.restrict`), and not at all without one.
 
 :func:`correlate` gives Pearson and Spearman coefficients (with p-values and the number of buckets) of
 each signal against each target; :func:`lagged_correlation` finds the shift that maximises |Pearson| and
@@ -34,6 +38,7 @@ import polars as pl
 from scipy import stats
 
 from llmslo.analysis.gpu._samples import ENGINE_TABLE, GPU_TABLE
+from llmslo.analysis.report import placeable_rows
 from llmslo.analysis.store import SUMMARY_TABLE, table_names
 from llmslo.telemetry import TPOT_SQL, ConfigurationError
 
@@ -42,10 +47,12 @@ __all__ = [
     "REQUEST_TARGETS",
     "Correlation",
     "LagResult",
+    "TimeOverlap",
     "aligned_frame",
     "correlate",
     "gpu_state_during_decode",
     "lagged_correlation",
+    "time_overlap",
 ]
 
 GPU_SIGNALS: tuple[str, ...] = (
@@ -85,9 +92,95 @@ def _check_span(lo: float, hi: float, b: float) -> int:
     return n
 
 
+def _placed(con: duckdb.DuckDBPyConnection) -> str:
+    """SQL over the summary table keeping the rows that can be placed in time (``TRUE`` when all can)."""
+    return placeable_rows(con).condition
+
+
+@dataclass(frozen=True)
+class TimeOverlap:
+    """When the GPU and engine samples were taken and when the requests ran, and the time they share.
+
+    Unix seconds: ``samples_from_unix_s``/``samples_to_unix_s`` the first and last sample (None without
+    samples); ``requests_from_unix_s``/``requests_to_unix_s`` the first arrival and the last finish of the
+    requests that can be placed in time (None without any). ``requests_without_arrival`` rows came from
+    imports without arrival times (their ``files``): they are placed nowhere and left out.
+    """
+
+    samples_from_unix_s: float | None
+    samples_to_unix_s: float | None
+    requests_from_unix_s: float | None
+    requests_to_unix_s: float | None
+    requests_without_arrival: int
+    files_without_arrival: tuple[str, ...]
+
+    @property
+    def both(self) -> bool:
+        """Whether there are samples and placed requests both (so that an overlap is asked for)."""
+        return self.samples_from_unix_s is not None and self.requests_from_unix_s is not None
+
+    @property
+    def overlap(self) -> tuple[float, float] | None:
+        """``(from, to)`` Unix seconds that the samples and the requests share; None when they share none (or
+        one side is missing)."""
+        if not self.both:
+            return None
+        assert self.samples_from_unix_s is not None and self.samples_to_unix_s is not None
+        assert self.requests_from_unix_s is not None and self.requests_to_unix_s is not None
+        lo = max(self.samples_from_unix_s, self.requests_from_unix_s)
+        hi = min(self.samples_to_unix_s, self.requests_to_unix_s)
+        return (lo, hi) if lo <= hi else None
+
+    @property
+    def overlap_s(self) -> float | None:
+        """Seconds the two share (0.0 when they do not overlap; None when one side is missing)."""
+        if not self.both:
+            return None
+        ov = self.overlap
+        return 0.0 if ov is None else ov[1] - ov[0]
+
+    def restrict(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """The buckets of an :func:`aligned_frame` that lie in the overlap (every bucket when one side is
+        missing; none when they do not overlap)."""
+        if not self.both:
+            return frame
+        ov = self.overlap
+        if ov is None or frame.height == 0:
+            return frame.clear()
+        step = float(frame["t"][1] - frame["t"][0]) if frame.height > 1 else 1.0
+        return frame.filter((pl.col("t") >= math.floor(ov[0] / step) * step) & (pl.col("t") <= ov[1]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "files_without_arrival": list(self.files_without_arrival),
+                "overlap_s": self.overlap_s}
+
+
+def time_overlap(con: duckdb.DuckDBPyConnection) -> TimeOverlap:
+    """When the stored GPU/engine samples and the placeable requests were taken (see :class:`TimeOverlap`).
+
+    Raises :class:`~llmslo.analysis.report.ReportDataError` for a stored arrival time that is no time at all.
+    """
+    tables = table_names(con)
+    spans = [con.sql(f"SELECT min(time_unix_s), max(time_unix_s) FROM {t}").fetchall()[0]
+             for t in (GPU_TABLE, ENGINE_TABLE) if t in tables]
+    lows = [float(lo) for lo, _ in spans if lo is not None]
+    highs = [float(hi) for _, hi in spans if hi is not None]
+    r_lo = r_hi = None
+    left_out, files = 0, tuple[str, ...]()
+    if SUMMARY_TABLE in tables:
+        placed = placeable_rows(con)
+        left_out, files = placed.left_out, placed.files
+        lo, hi = con.sql(f"SELECT min(arrival_unix_s), max(arrival_unix_s + e2e_s) FROM {SUMMARY_TABLE} "
+                         f"WHERE {placed.condition}").fetchall()[0]
+        r_lo, r_hi = (None, None) if lo is None else (float(lo), float(hi))
+    return TimeOverlap(min(lows) if lows else None, max(highs) if highs else None, r_lo, r_hi, left_out, files)
+
+
 def aligned_frame(con: duckdb.DuckDBPyConnection, *, bucket_s: float = 1.0) -> pl.DataFrame:
     """Every available source on one grid of ``bucket_s``-second buckets (column ``t``, bucket start, Unix s).
 
+    Request summaries from imports without arrival times are left out (they cannot be placed in time). The
+    grid spans every source: correlate samples with requests over :meth:`TimeOverlap.restrict` of it.
     Raises :class:`ConfigurationError` when ``bucket_s`` is not positive, or when the sources span more
     than :data:`MAX_ALIGNED_BUCKETS` buckets. Missing tables are skipped.
     """
@@ -123,18 +216,21 @@ def aligned_frame(con: duckdb.DuckDBPyConnection, *, bucket_s: float = 1.0) -> p
             if frame.height:
                 parts.append(frame)
     if SUMMARY_TABLE in tables:
+        placed = _placed(con)
         req = con.sql(
             f"SELECT floor(arrival_unix_s / {b!r}) * {b!r} AS t, avg(ttft_s) AS ttft_s, avg({TPOT_SQL}) AS tpot_s, "
-            f"avg(queue_s) AS queue_s, count(*) / {b!r} AS arrivals_per_s FROM {SUMMARY_TABLE} GROUP BY 1"
+            f"avg(queue_s) AS queue_s, count(*) / {b!r} AS arrivals_per_s FROM {SUMMARY_TABLE} WHERE {placed} "
+            "GROUP BY 1"
         ).pl()
         if req.height:
             parts.append(req)
             fin = con.sql(
                 f"SELECT floor((arrival_unix_s + e2e_s) / {b!r}) * {b!r} AS t, "
-                f"sum(generated_tokens) / {b!r} AS generated_tokens_per_s FROM {SUMMARY_TABLE} GROUP BY 1"
+                f"sum(generated_tokens) / {b!r} AS generated_tokens_per_s FROM {SUMMARY_TABLE} WHERE {placed} "
+                "GROUP BY 1"
             ).pl()
             parts.append(fin)
-            parts.append(_in_flight(con, b))
+            parts.append(_in_flight(con, b, placed))
     if not parts:
         return pl.DataFrame({"t": []}, schema={"t": pl.Float64})
     grid = pl.concat([p.select("t") for p in parts]).unique()
@@ -149,8 +245,8 @@ def aligned_frame(con: duckdb.DuckDBPyConnection, *, bucket_s: float = 1.0) -> p
     return out.sort("t")
 
 
-def _in_flight(con: duckdb.DuckDBPyConnection, b: float) -> pl.DataFrame:
-    rows = con.sql(f"SELECT arrival_unix_s, arrival_unix_s + e2e_s FROM {SUMMARY_TABLE}").fetchnumpy()
+def _in_flight(con: duckdb.DuckDBPyConnection, b: float, placed: str) -> pl.DataFrame:
+    rows = con.sql(f"SELECT arrival_unix_s, arrival_unix_s + e2e_s FROM {SUMMARY_TABLE} WHERE {placed}").fetchnumpy()
     arr = np.asarray(rows["arrival_unix_s"], dtype=np.float64)
     fin = np.asarray(list(rows.values())[1], dtype=np.float64)
     t0 = math.floor(float(arr.min()) / b) * b
@@ -280,7 +376,8 @@ def lagged_correlation(
 
 
 def gpu_state_during_decode(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
-    """Each decoding request with the mean GPU state over its decode (first token → last token, Unix s).
+    """Each decoding request with the mean GPU state over its decode (first token → last token, Unix s); rows
+    from imports without arrival times are left out (they cannot be placed in time).
 
     Columns: ``request_id``, ``decode_start_unix_s``, ``decode_end_unix_s``, ``samples`` (GPU samples inside
     the decode; 0 when the decode was shorter than the sampling interval, then the last sample at or before
@@ -297,7 +394,7 @@ def gpu_state_during_decode(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
         f"""
         WITH d AS (
             SELECT request_id, arrival_unix_s + ttft_s AS s, arrival_unix_s + last_token_s AS e
-            FROM {SUMMARY_TABLE} WHERE ttft_s IS NOT NULL AND last_token_s IS NOT NULL
+            FROM {SUMMARY_TABLE} WHERE ttft_s IS NOT NULL AND last_token_s IS NOT NULL AND ({_placed(con)})
         ), i AS (
             SELECT d.request_id, count(g.time_unix_s) AS samples, {inside},
                    bool_or(g.throttle_reasons <> 0) AS in_throttled

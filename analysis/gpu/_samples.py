@@ -414,6 +414,28 @@ def _file_sha256(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
+def _own_times(kind: str, path: Path) -> str | None:
+    """The column that gives ``path``'s samples their own (absolute, UTC) times when read as ``kind``; None when
+    its times are relative (seconds from the run's start, or one sample every ``interval_s``)."""
+    if kind == "vllm-engine":
+        return None
+    with path.open(newline="", encoding="utf-8") as fh:
+        first = next((line for line in fh if line.strip()), "")
+    if kind == "nvidia-smi":
+        names = {_field(h)[0] for h in next(csv.reader([first]), [])}
+        return "timestamp" if "timestamp" in names else None
+    body = first.lstrip("#").strip()
+    names = {n.strip().lower() for n in (body.split(",") if "," in body else body.split())}
+    return "Date/Time" if {"date", "time"} <= names else None
+
+
+def _relative_start(kind: str, path: Path) -> str:
+    """What ``path``'s times count from when they are relative, for the message that asks for ``--start``."""
+    if kind == "dmon":
+        return "its samples have no time column of their own (one every --interval) or only 'time' (seconds)"
+    return "its 'time [s]' column counts seconds from the run's start"
+
+
 def _read_kind(kind: str, path: Path, start_unix_s: float, interval_s: float) -> tuple[str, pl.DataFrame]:
     """``(table, frame)`` of ``path`` read as ``kind``."""
     if kind == "nvidia-smi":
@@ -435,40 +457,60 @@ def import_gpu_file(
     kind: str,
     path: str | os.PathLike[str],
     *,
-    start_unix_s: float = 0.0,
+    start_unix_s: float | None = None,
     interval_s: float = 1.0,
 ) -> GpuImport:
     """Read ``path`` as ``kind`` (one of :data:`GPU_IMPORT_KINDS`) and append it to its table, once.
+
+    A file whose times are relative (a ``time [s]`` column of seconds from the run's start, or dmon rows without
+    a time of their own) is placed at ``start_unix_s`` (Unix seconds of its time 0), which it then needs: without
+    one it is refused rather than placed in 1970, where it would line up with nothing of its run. A file with
+    its own times (nvidia-smi's ``timestamp``, dmon's ``Date``/``Time``) takes none.
 
     Idempotent: keyed by the SHA-256 of the file's bytes and ``kind`` (:data:`GPU_IMPORTS_TABLE`), a file
     imported before with the same ``start_unix_s`` (and, for dmon, ``interval_s``; seconds) writes nothing.
     The rows and their record are written in one transaction (``con`` must not be inside one).
 
     Raises :class:`ConfigurationError` for an unknown kind, and :class:`GpuFormatError` for an unreadable
-    file or one imported before with other time options; nothing is written then.
+    file, relative times without ``start_unix_s`` (or a ``start_unix_s`` for a file with its own times), or a
+    file imported before with other time options; nothing is written then.
     """
     if kind not in GPU_IMPORT_KINDS:
         raise ConfigurationError(f"unknown GPU import kind {kind!r}; choose from {', '.join(GPU_IMPORT_KINDS)}")
     p = Path(path)
+    try:
+        own = _own_times(kind, p)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GpuFormatError(f"{p}: cannot read it as {kind}: {exc}") from None
+    if own is None and start_unix_s is None:
+        raise GpuFormatError(
+            f"{p}: the times are relative ({_relative_start(kind, p)}) and the file says nothing of when that "
+            "was: pass --start with the Unix time (or ISO 8601 time, UTC unless it says otherwise) of its time 0, "
+            "so that its samples line up with the requests of the same run (--start 0 keeps them relative, at "
+            "1970-01-01, where they line up only with other files imported with --start 0)")
+    if own is not None and start_unix_s is not None:
+        raise GpuFormatError(f"{p}: --start applies only to relative times; this file has its own ({own!r} "
+                             "column, UTC): leave --start out")
+    start_s = 0.0 if start_unix_s is None else float(start_unix_s)
     sha = _file_sha256(p)
     interval = float(interval_s) if kind == "dmon" else None
     ensure_gpu_tables(con)
     earlier = _earlier_import(con, sha, kind)
     if earlier is not None:
         source, table, start, before_interval, rows = earlier
-        if start == float(start_unix_s) and before_interval == interval:
+        if start == start_s and before_interval == interval:
             return GpuImport(str(p), kind, str(table), sha, 0, int(rows), True)
         options = f"--start {start:g}" + (f" --interval {before_interval:g}s" if before_interval is not None else "")
         raise GpuFormatError(
             f"{p}: this file was imported before as {kind} from {source} with {options} ({int(rows):,} rows); "
             "importing it again with other time options would store its samples twice, at two times"
         )
-    table, frame = _read_kind(kind, p, start_unix_s, interval_s)
+    table, frame = _read_kind(kind, p, start_s, interval_s)
     con.execute("BEGIN TRANSACTION")
     try:
         written = _insert(con, table, GPU_COLUMNS if table == GPU_TABLE else _ENGINE_COLUMNS, frame)
         con.execute(f"INSERT INTO {GPU_IMPORTS_TABLE} ({', '.join(_IMPORTS_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [sha, kind, str(p), table, float(start_unix_s), interval, written, time.time()])
+                    [sha, kind, str(p), table, start_s, interval, written, time.time()])
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")

@@ -1,0 +1,207 @@
+"""The README's commands walked as a newcomer runs them: the installed ``llmslo`` in a plain working folder,
+relative paths, the demo's store and the real files of ``../shared/real_data`` (linked, never copied; a test
+that needs them skips with the reason when they are missing).
+
+Rules protected, one section each:
+
+1. ``gpu correlate`` never correlates rows that cannot be placed in time: rows from imports without arrival
+   times are left out (and counted), GPU/engine samples and requests are correlated only where they overlap
+   (the overlap is said), no overlap is refused with the reason; ``gpu import`` of a file with relative times
+   asks for ``--start`` instead of silently placing it in 1970.
+3. Files other programs read (dashboards, the drain record, ``*.rejected.jsonl``) are written with the
+   user's umask, as ``rules.yml`` and the Parquet files are.
+4. Rows without arrival times sit in no window: a windowed report counts them apart, named as such.
+5. ``--from/--to`` that hold no row is an error that says so and names the span the data covers.
+6. ``ParquetSummaryWriter.write_table`` takes the store's own rows (nullability aside, values checked);
+   a refusal names the field and the difference.
+8. ``import auto`` on llmslo's own format points to ``llmslo ingest``; a scrape's quantile that only a
+   bucket bounds is shown as that bound; a ClickHouse HTTP failure prints only the clear error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmslo.tests._rows import ok_row
+
+REAL = Path(__file__).resolve().parents[2] / "shared" / "real_data"
+BSC = "rd/vllm_memory_gap_bsc/llama-2-13b_maxseqs128"
+GPU_FILES = (("nvidia-smi", f"{BSC}/metrics_gpu_device_nvidia_smi_0_server_0.csv"),
+             ("dmon", f"{BSC}/metrics_gpu_device_nvidia_smi_dom_0_server_0.csv"),
+             ("vllm-engine", f"{BSC}/metrics_engine_server_0.csv"))
+REQUEST_TARGETS = {"ttft_s", "tpot_s", "queue_s", "in_flight", "generated_tokens_per_s", "arrivals_per_s"}
+
+
+def _llmslo() -> Path:
+    exe = Path(sys.executable).parent / "llmslo"
+    if not exe.is_file():
+        pytest.skip(f"the installed llmslo command is not at {exe}")
+    return exe
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A plain working folder; ``rd`` links to ``../shared/real_data`` when it exists (never a copy)."""
+    if REAL.is_dir():
+        (tmp_path / "rd").symlink_to(REAL, target_is_directory=True)
+    return tmp_path
+
+
+def _real(workdir: Path, relative: str) -> str:
+    if not (workdir / relative).exists():
+        pytest.skip(f"real data not available: {REAL} (../shared/real_data is missing)")
+    return relative
+
+
+def run(workdir: Path, *args: str, umask: int = 0o022) -> subprocess.CompletedProcess[str]:
+    """``llmslo ARGS`` in ``workdir`` under ``umask``, as a person types it."""
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    return subprocess.run([str(_llmslo()), *args], cwd=workdir, capture_output=True, text=True, env=env,
+                          timeout=300, check=False, preexec_fn=lambda: os.umask(umask))
+
+
+def ok(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    res = run(workdir, *args)
+    assert res.returncode == 0, f"llmslo {' '.join(args)}: exit {res.returncode}\n{res.stdout}\n{res.stderr}"
+    return res
+
+
+def flat(text: str) -> str:
+    """``text`` with its line wrapping undone (rich wraps long messages)."""
+    return " ".join(text.split())
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def varied_rows(n: int, start_unix_s: float, every_s: float = 0.5) -> list[dict[str, Any]]:
+    """``n`` successful requests ``every_s`` apart from ``start_unix_s``, with TTFTs that vary."""
+    out = []
+    for i in range(n):
+        ttft = 0.2 + (i * 37 % 11) * 0.1
+        out.append(ok_row(i, arrival_unix_s=start_unix_s + i * every_s, ttft_s=ttft, last_token_s=ttft + 1.0,
+                          e2e_s=ttft + 1.1))
+    return out
+
+
+# ---- 1. gpu correlate: only what can be placed in time, and only where it overlaps ----------------------
+
+
+def _import_gpu(workdir: Path, db: str, *start: str) -> None:
+    for kind, file in GPU_FILES:
+        ok(workdir, "gpu", "import", kind, _real(workdir, file), "--db", db, *start)
+
+
+def test_gpu_import_of_relative_times_asks_for_start_and_writes_nothing(workdir: Path) -> None:
+    for kind, file in GPU_FILES:
+        res = run(workdir, "gpu", "import", kind, _real(workdir, file), "--db", "g.duckdb")
+        assert res.returncode == 1, res.stdout
+        said = flat(res.stderr)
+        assert "relative" in said and "--start" in said and file in said, said
+    assert not (workdir / "g.duckdb").exists()  # nothing written, no store left behind
+
+
+def test_llmperf_rows_without_arrival_times_are_not_correlated_with_gpu_samples(workdir: Path) -> None:
+    files = sorted(p.name for p in (workdir / "rd/llmperf_leaderboard/individual").glob("*.json")) if (
+        workdir / "rd").exists() else []
+    if not files:
+        pytest.skip(f"real data not available: {REAL} (../shared/real_data is missing)")
+    ok(workdir, "import", "llmperf", *(f"rd/llmperf_leaderboard/individual/{f}" for f in files), "--db", "s.duckdb")
+    _import_gpu(workdir, "s.duckdb", "--start", "0")
+    _import_gpu(workdir, "gpu-only.duckdb", "--start", "0")
+    both = json.loads(ok(workdir, "gpu", "correlate", "--db", "s.duckdb", "--json").stdout)
+    alone = json.loads(ok(workdir, "gpu", "correlate", "--db", "gpu-only.duckdb", "--json").stdout)
+    assert not {c["target"] for c in both["correlations"]} & REQUEST_TARGETS
+    assert both["correlations"] == alone["correlations"]  # unrelated summaries change nothing
+    assert both["overlap"]["requests_without_arrival"] == 2845
+    text = flat(ok(workdir, "gpu", "correlate", "--db", "s.duckdb").stdout)
+    assert "in_flight" not in text
+    assert "2,845 request summaries" in text and "no arrival times" in text
+
+
+def test_requests_and_samples_that_do_not_overlap_are_refused_with_both_spans(workdir: Path) -> None:
+    base = 1_739_898_929.0  # 2025-02-18 17:15:29 UTC
+    write_rows(workdir / "rows.jsonl", varied_rows(400, base))
+    ok(workdir, "ingest", "rows.jsonl", "--db", "s.duckdb")
+    _import_gpu(workdir, "s.duckdb", "--start", "0")  # placed in 1970: no overlap with the requests
+    for extra in ((), ("--json",)):
+        res = run(workdir, "gpu", "correlate", "--db", "s.duckdb", *extra)
+        assert res.returncode == 1 and res.stdout == "", res.stdout
+        said = flat(res.stderr)
+        assert "do not overlap" in said and "1970-01-01" in said and "2025-02-18" in said and "--start" in said
+
+
+def test_requests_and_samples_are_correlated_over_their_overlap_which_is_said(workdir: Path) -> None:
+    base = 1_739_898_929.0
+    write_rows(workdir / "rows.jsonl", varied_rows(400, base + 100))
+    ok(workdir, "ingest", "rows.jsonl", "--db", "s.duckdb")
+    _import_gpu(workdir, "s.duckdb", "--start", "2025-02-18T17:15:29Z")
+    out = json.loads(ok(workdir, "gpu", "correlate", "--db", "s.duckdb", "--json").stdout)
+    ov = out["overlap"]
+    assert ov["samples_from_unix_s"] == pytest.approx(base + 0.123, abs=0.01)
+    assert ov["requests_from_unix_s"] == base + 100
+    assert ov["overlap_s"] == pytest.approx(ov["requests_to_unix_s"] - ov["requests_from_unix_s"])
+    assert out["buckets"] <= 202  # the grid covers the overlap only (about 201 s), not the samples' 330 s
+    assert {c["target"] for c in out["correlations"]} <= REQUEST_TARGETS
+    text = flat(ok(workdir, "gpu", "correlate", "--db", "s.duckdb").stdout)
+    assert "overlap" in text and "2025-02-18 17:17:09" in text
+
+
+# ---- 3. files other programs read are written with the user's umask -------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_dashboards_and_rejected_rows_follow_the_umask_as_rules_do(workdir: Path, umask: int) -> None:
+    (workdir / "chat-slo.yaml").write_text((EXAMPLES / "chat-slo.yaml").read_text())
+    res = run(workdir, "dashboards", "generate", "--spec", "chat-slo.yaml", "-o", "dashboards/", umask=umask)
+    assert res.returncode == 0, res.stderr
+    res = run(workdir, "rules", "generate", "chat-slo.yaml", "-o", "rules.yml", umask=umask)
+    assert res.returncode == 0, res.stderr
+    write_rows(workdir / "messy.jsonl", [ok_row(0), ok_row(1, ttft_s=-1.0)])
+    res = run(workdir, "ingest", "messy.jsonl", "--db", "s.duckdb", "--skip-invalid", umask=umask)
+    assert res.returncode == 0, res.stderr
+    expected = 0o666 & ~umask
+    written = [*sorted((workdir / "dashboards").iterdir()), workdir / "messy.jsonl.rejected.jsonl",
+               workdir / "rules.yml"]
+    assert len(written) >= 4
+    assert {p.name: oct(_mode(p)) for p in written} == {p.name: oct(expected) for p in written}
+
+
+@pytest.mark.slow
+def test_the_drain_record_follows_the_umask(workdir: Path) -> None:
+    pytest.importorskip("uvicorn", reason="the serve extra installs uvicorn: pip install 'llmslo[serve]'")
+    env = {**os.environ, "NO_COLOR": "1"}
+    proc = subprocess.Popen([str(_llmslo()), "serve", "--port", "0", "--drain-settle", "50ms", "--exit-linger",
+                             "50ms", "--drain-record", "drain.json", "--next-version", "v2"], cwd=workdir,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            preexec_fn=lambda: os.umask(0o022))
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("serving "):
+                break
+        proc.send_signal(15)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    assert oct(_mode(workdir / "drain.json")) == oct(0o644)
