@@ -72,6 +72,9 @@ class EnginePlan:
     output_tokens: str = "24"
     ttft_slo_ms: int = 1500
     """The goodput rule of the run (the client's TTFT); the calm phase meets it, the burst's queue does not."""
+    client_timeout_s: float = 300.0
+    """The client's patience: far beyond the burst's queue even on a busy machine, so no attempt is hung up
+    (a hung-up stream's tokens reach the engine's counters but not the client's usage sums)."""
     seed: int = 0
 
     @property
@@ -107,7 +110,8 @@ class EngineRun:
     rule_groups: list[dict[str, Any]] = field(default_factory=list)
     """Each rule: ``{"name", "health", "last_error"}`` as Prometheus evaluated it at the end."""
     dashboard_queries: list[dict[str, Any]] = field(default_factory=list)
-    """Each query of the engine's dashboard: ``{"panel", "expr", "series", "error"}``."""
+    """Each query of the engine's dashboard, asked over the run's time range as a panel asks:
+    ``{"panel", "expr", "series", "error"}``."""
     prometheus_note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -346,14 +350,14 @@ def _drive(run: EngineRun, engine: LlamaServer, say: Callable[[str], None]) -> N
     argv = cli("load", engine.url, "--model", engine.alias, "--endpoint", "chat", "--rate", f"{plan.rate_per_s:g}",
                "--duration", f"{plan.duration_s:g}s", "--burst", burst, "--seed", str(plan.seed),
                "--prompt-tokens", plan.prompt_words, "--output-tokens", plan.output_tokens,
-               "--goodput", f"ttft:{plan.ttft_slo_ms}", "--timeout", "120s",
+               "--goodput", f"ttft:{plan.ttft_slo_ms}", "--timeout", f"{plan.client_timeout_s:g}s",
                "--db", str(run.client_db), "--attempts-log", str(run.attempts_log), "--json", "--no-progress")
     say(f"load: {plan.rate_per_s:g} req/s, burst {burst} (above the {plan.parallel} slots), then calm")
     out_path = run.folder / "load.json"
     with out_path.open("w") as out, started(argv, run.folder / "load.log", stdout=out.fileno()) as load:
         run.started_unix_s = load_started(run.attempts_log, load, timeout_s=60.0)
         run.burst_unix_s = (run.started_unix_s + plan.calm_s, run.started_unix_s + plan.calm_s + plan.burst_s)
-        limit_s = plan.duration_s + IDLE_TIMEOUT_S + 60.0
+        limit_s = plan.duration_s + plan.client_timeout_s + 60.0
         try:
             run.load_exit_code = load.wait(timeout=limit_s)
         except Exception:
@@ -372,9 +376,10 @@ def _read_prometheus(run: EngineRun, prometheus: Prometheus, dashboards: Path) -
     groups = prometheus.get("/api/v1/rules")["groups"]
     run.rule_groups = [{"name": str(r.get("name")), "health": str(r.get("health")),
                         "last_error": str(r.get("lastError") or "")} for g in groups for r in g.get("rules", [])]
-    for panel, expr in _dashboard_exprs(dashboards):
+    start, end = run.started_unix_s - 5, time.time()
+    for panel, expr in _dashboard_exprs(dashboards):  # as Grafana asks: over the run's time range
         try:
-            series, error = len(prometheus.query(expr)), ""
+            series, error = len(prometheus.query_range(expr, start, end)), ""
         except PrometheusError as exc:
             series, error = 0, str(exc)[:300]
         run.dashboard_queries.append({"panel": panel, "expr": expr, "series": series, "error": error})

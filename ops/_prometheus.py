@@ -60,6 +60,13 @@ class Prometheus:
             params["time"] = f"{at_unix_s:.3f}"
         return list(self.get("/api/v1/query", params)["result"])
 
+    def query_range(self, expr: str, start_unix_s: float, end_unix_s: float,
+                    step_s: float = 1.0) -> list[dict[str, Any]]:
+        """The range vector of ``expr`` from ``start_unix_s`` to ``end_unix_s`` every ``step_s`` seconds, as a
+        dashboard panel asks for it (a list of ``{"metric", "values"}``)."""
+        params = {"query": expr, "start": f"{start_unix_s:.3f}", "end": f"{end_unix_s:.3f}", "step": f"{step_s:g}"}
+        return list(self.get("/api/v1/query_range", params)["result"])
+
     def alerts(self) -> list[dict[str, Any]]:
         """The alerts pending or firing now."""
         return list(self.get("/api/v1/alerts")["alerts"])
