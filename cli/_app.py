@@ -51,8 +51,8 @@ COMMANDS: tuple[CommandEntry, ...] = (
     CommandEntry("import", "llmslo.cli._import:import_command",
                  "Import other tools' benchmark results as request summaries, converted to llmslo's definitions."),
     CommandEntry("scrape", "llmslo.cli._scrape:scrape_command",
-                 "Read /metrics expositions of vLLM, SGLang, TGI or llmslo: quantiles, SLO attainment, survivor "
-                 "bias."),
+                 "Read /metrics expositions of vLLM, SGLang, TGI, llama.cpp, trtllm-serve, NIM or llmslo: concepts, "
+                 "quantiles, SLO attainment, survivor bias."),
     CommandEntry("trace", "llmslo.cli._traces:trace_command",
                  "Read an Azure, Mooncake or BurstGPT trace as an arrival schedule and describe it as load."),
     CommandEntry("stream-sim", "llmslo.cli._telemetry:stream_sim_command",

@@ -212,8 +212,8 @@ def live_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Path | None, bool]]
 def test_every_demo_option_but_the_live_ones_is_refused_with_live() -> None:
     """A new option of ``llmslo demo`` must be read by the live run or be refused with ``--live``."""
     demo_options = set(inspect.signature(_report.demo).parameters) - {"ctx"}
-    assert demo_options - {"live", "rollout", "same_speed", "out", "as_json"} == set(_report.SIMULATION_ONLY) == set(
-        SIMULATION_ARGS)
+    runs = {"live", "rollout", "engine", "same_speed", "out", "as_json"}
+    assert demo_options - runs == set(_report.SIMULATION_ONLY) == set(SIMULATION_ARGS)
 
 
 @pytest.mark.parametrize("name", sorted(SIMULATION_ARGS))
