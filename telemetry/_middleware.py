@@ -96,6 +96,8 @@ MAX_REPLY_BYTES = 4 * 1024 * 1024
 unknown (no commit)."""
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 """The incoming request ids taken as they are (others are replaced by a new UUID4)."""
+MAX_TENANT_CHARS = 64
+"""The longest tenant class taken from the tenant header (the rest is cut)."""
 _HEADER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 ENVIRONMENT: dict[str, str] = {
@@ -430,15 +432,19 @@ class LlmsloMiddleware:
             if key == name:
                 found = bytes(value).decode("latin-1")
             elif key == tenant_name:
-                tenant = bytes(value).decode("latin-1")
+                tenant = bytes(value).decode("latin-1")[:MAX_TENANT_CHARS]
         present = found is not None
         rid = found if found is not None and REQUEST_ID.fullmatch(found) else str(uuid.uuid4())
         t = self.telemetry.start(rid, model=self.model, version=self.version, tenant_class=tenant)
-        t.admit()
-        encoded = rid.encode("latin-1")
-        if not present:
-            scope = {**scope, "headers": [*headers, (name, encoded)]}
-        return _Exchange(self, t, encoded, receive, send), scope
+        try:
+            t.admit()
+            encoded = rid.encode("latin-1")
+            if not present:
+                scope = {**scope, "headers": [*headers, (name, encoded)]}
+            return _Exchange(self, t, encoded, receive, send), scope
+        except BaseException:
+            t.finish("error", error_type="middleware_error")  # never left in flight
+            raise
 
 
 # what a response is, once its status line is known

@@ -590,6 +590,18 @@ def test_a_failure_at_the_start_leaves_the_request_to_the_app(monkeypatch: pytes
     assert s.rows == [] and s.tel.guard.errors == {"middleware.start": 1}
 
 
+def test_a_failure_after_the_tracker_was_made_leaves_no_request_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("cannot wrap")
+
+    monkeypatch.setattr(M._Exchange, "__init__", broken)
+    s = Setup()
+    ex = call(s.app, "/v1/completions", stream_body(3))
+    assert ex.status == 200 and content_chunks(ex.body) == 3
+    assert not s.tel.in_flight() and s.tel.guard.errors == {"middleware.start": 1}
+    assert [(r["finish_reason"], r["error_type"]) for r in s.rows] == [("error", "middleware_error")]
+
+
 def test_a_memoryview_body_is_read() -> None:
     async def app(scope: Any, receive: Any, send: Any) -> None:
         await receive()
@@ -649,6 +661,8 @@ def test_the_tenant_header_gives_the_tenant_class() -> None:
     s = Setup(tenant_header="x-tenant-class")
     _, row = s.call("/v1/completions", stream_body(2), headers=[(b"x-tenant-class", b"batch")])
     assert row["tenant_class"] == "batch"
+    _, row = s.call("/v1/completions", stream_body(2), headers=[(b"x-tenant-class", b"t" * 500)])
+    assert row["tenant_class"] == "t" * M.MAX_TENANT_CHARS
 
 
 def test_the_process_wide_telemetry_comes_from_the_environment(tmp_path: Any, monkeypatch: pytest.MonkeyPatch
