@@ -115,9 +115,12 @@ def running_prometheus(folder: Path, targets: Sequence[str], *, job: str, rule_f
     config = {
         "global": {"scrape_interval": scrape_interval, "evaluation_interval": evaluation_interval,
                    "scrape_timeout": scrape_interval},
-        "rule_files": [str(p) for p in rule_files],
+        "rule_files": [str(p.resolve()) for p in rule_files],  # Prometheus reads them from its config's folder
         "scrape_configs": [{"job_name": job, "static_configs": [{"targets": list(targets)}]}],
     }
+    missing = [str(p) for p in rule_files if not p.is_file()]
+    if missing:  # Prometheus takes each as a glob: a missing file would load no rule, silently
+        raise PrometheusError(f"no such rule file: {', '.join(missing)}")
     folder.mkdir(parents=True, exist_ok=True)
     config_path = folder / "prometheus.yml"
     config_path.write_text(json.dumps(config, indent=2))  # JSON is YAML: no YAML writer needed
