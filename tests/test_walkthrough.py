@@ -205,3 +205,44 @@ def test_the_drain_record_follows_the_umask(workdir: Path) -> None:
         if proc.stdout is not None:
             proc.stdout.close()
     assert oct(_mode(workdir / "drain.json")) == oct(0o644)
+
+
+# ---- 4. rows without arrival times sit in no window ------------------------------------------------------
+
+
+def _llmperf(workdir: Path, db: str, *names: str) -> None:
+    folder = workdir / "rd/llmperf_leaderboard/individual"
+    files = sorted(p.name for p in folder.glob("*.json")) if folder.is_dir() else []
+    if not files:
+        pytest.skip(f"real data not available: {REAL} (../shared/real_data is missing)")
+    chosen = [f for f in files if not names or f in names]
+    ok(workdir, "import", "llmperf", *(f"rd/llmperf_leaderboard/individual/{f}" for f in chosen), "--db", db)
+
+
+def test_a_windowed_report_counts_rows_without_arrival_times_apart_in_no_window(workdir: Path) -> None:
+    _llmperf(workdir, "s.duckdb")
+    base = 1_700_000_000.0
+    write_rows(workdir / "rows.jsonl", varied_rows(1200, base))  # 10 minutes of requests with arrival times
+    ok(workdir, "ingest", "rows.jsonl", "--db", "s.duckdb")
+    doc = json.loads(ok(workdir, "report", "--db", "s.duckdb", "--window", "5m", "--json").stdout)
+    windows = [g["keys"]["window_start_unix_s"] for g in doc["groups"]]
+    assert 0.0 not in windows  # no 1970 window
+    assert windows == [base - base % 300 + 300 * k for k in range(len(windows) - 1)] + [None]
+    apart = doc["groups"][-1]
+    assert apart["attempted"] == 2845 and apart["rate_basis"]["kind"] == "none"
+    assert "no window" in apart["rate_basis"]["note"] and "arrival times" in apart["rate_basis"]["note"]
+    assert sum(g["attempted"] for g in doc["groups"][:-1]) == 1200
+    text = ok(workdir, "report", "--db", "s.duckdb", "--window", "5m").stdout
+    assert "1970-01-01" not in text
+    rows = [line for line in text.splitlines() if "no arrival time" in line]
+    assert rows and "2,845" in rows[0]
+    # the import, the rate note and the caveat say the same: no window
+    said = flat(text)
+    assert "sit in no window" in said and "windows and in-flight counts are not meaningful" not in said
+
+
+def test_a_windowed_report_by_model_puts_each_models_unplaced_rows_apart(workdir: Path) -> None:
+    _llmperf(workdir, "s.duckdb", "anyscale_13b.json", "lepton_7b.json")
+    doc = json.loads(ok(workdir, "report", "--db", "s.duckdb", "--window", "1m", "--by", "model", "--json").stdout)
+    assert [(g["keys"]["model"], g["keys"]["window_start_unix_s"]) for g in doc["groups"]] == [
+        ("anyscale_13b", None), ("lepton_7b", None)]

@@ -259,9 +259,10 @@ def _group_rate(
     mine = [imports[p] for p in row["no_arrival_imports"]]
     window_s = spec.policy.window_s
     if window_s is not None:
-        if n_none:
+        if n_none:  # (such rows have a NULL window: they make groups of their own)
             return GroupRateBasis("none", None, f"{n_none:,} row(s) come from imports without arrival times "
-                                  f"({_files(mine)}): they cannot be placed in windows")
+                                  f"({_files(mine)}): they cannot be placed in windows, so they sit in no window, "
+                                  "counted apart")
         start = float(row[WINDOW_KEY])
         seen = window_s if spec.until_unix_s is None else min(window_s, spec.until_unix_s - start)
         if seen <= 0:
@@ -290,7 +291,8 @@ def _group_rate(
 
 
 def _label(keys: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in keys.items()) or "all requests"
+    return ", ".join("no window" if k == WINDOW_KEY and v is None else f"{k}={v}"
+                     for k, v in keys.items()) or "all requests"
 
 
 def _rate_exceptions(groups: Sequence[Group]) -> tuple[str, ...]:
@@ -357,9 +359,10 @@ def _import_caveats(database: Database) -> list[str]:
     if no_arrivals:
         shown = ", ".join(no_arrivals[:5]) + (f" and {len(no_arrivals) - 5} more" if len(no_arrivals) > 5 else "")
         out.append(
-            f"{len(no_arrivals)} imported file(s) carry no arrival times ({shown}): windows and in-flight counts "
-            "are not meaningful for their rows; their per-second rates divide by the run durations the files "
-            "recorded, or are null (rate_basis says which)"
+            f"{len(no_arrivals)} imported file(s) carry no arrival times ({shown}): their rows sit in no window "
+            "(a windowed report counts them apart) and in-flight counts at a horizon (--until) are not meaningful "
+            "for them; their per-second rates divide by the run durations the files recorded, or are null "
+            "(rate_basis says which)"
         )
     return out
 
@@ -476,7 +479,8 @@ def _flag_shed_trend(groups: list[Group], spec: ReportSpec) -> None:
         return
     series: dict[tuple[Any, ...], list[Group]] = {}
     for g in groups:
-        series.setdefault(tuple(g.keys[k] for k in spec.by), []).append(g)
+        if g.keys[WINDOW_KEY] is not None:  # rows without arrival times sit in no window: no series
+            series.setdefault(tuple(g.keys[k] for k in spec.by), []).append(g)
     label = quantile_label(SURVIVOR_QUANTILES[-1])
     for items in series.values():
         items.sort(key=lambda g: g.keys[WINDOW_KEY])

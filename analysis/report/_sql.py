@@ -107,8 +107,9 @@ def _base_sql(policy: GoodputPolicy, until_unix_s: float | None = None,
               arrivalless: Sequence[str] = (), dialect: Dialect | None = None,
               summaries: str = SUMMARY_TABLE) -> str:
     """Every summary row plus ``tpot_s_derived`` (:data:`TPOT_SQL`, seconds), ``__good`` (the policy's
-    rule), ``__in_flight``, with windows :data:`WINDOW_KEY` (Unix seconds), and with ``arrivalless``
-    prefixes ``__import``: the prefix of a row that came from an import without arrival times, else NULL.
+    rule), ``__in_flight``, with windows :data:`WINDOW_KEY` (Unix seconds; NULL for a row from an import
+    without arrival times: it sits in no window), and with ``arrivalless`` prefixes ``__import``: the prefix
+    of a row that came from an import without arrival times, else NULL.
 
     A row belongs to the window of its arrival, whatever its duration. With a horizon ``until_unix_s``
     (Unix seconds) only rows that arrived by then are kept, and a row is in flight when it finished after
@@ -122,7 +123,10 @@ def _base_sql(policy: GoodputPolicy, until_unix_s: float | None = None,
     # (the rule's TPOT condition reads the derived column, computed once per row: the same expression)
     w = policy.window_s
     if w is not None:
-        cols.append(f"floor(arrival_unix_s / {d.double(w)}) * {d.double(w)} AS {WINDOW_KEY}")
+        window = f"floor(arrival_unix_s / {d.double(w)}) * {d.double(w)}"
+        if arrivalless:  # rows without arrival times sit in no window: NULL, a group of their own
+            window = f"CASE WHEN __import IS NULL THEN {window} END"
+        cols.append(f"{window} AS {WINDOW_KEY}")
     if until_unix_s is None:
         cols.append("FALSE AS __in_flight")
     else:
