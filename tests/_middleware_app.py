@@ -163,12 +163,21 @@ if os.environ.get("LLMSLO_TEST_MIDDLEWARE") == "1":
 def reference_app() -> Any:
     """llmslo's own reference server (``llmslo serve``'s ASGI app) with its telemetry and controls off
     (``--no-telemetry``) and the middleware around it, configured by the ``LLMSLO_*`` variables; its engine
-    runs ``LLMSLO_TEST_SPEED`` times faster than the fitted profile (default 10). A uvicorn factory."""
+    runs ``LLMSLO_TEST_SPEED`` times faster than the fitted profile (default 10). Each POST the ASGI server
+    hands over is logged as ``llmslo-test-seen <X-Request-Id>`` on stderr. A uvicorn factory."""
     from llmslo.server import ServerApp, ServerConfig
     from llmslo.telemetry import LlmsloMiddleware
 
     speed = float(os.environ.get("LLMSLO_TEST_SPEED", "10"))
-    return LlmsloMiddleware(ServerApp(ServerConfig(telemetry=False, speed=speed)))
+    observed = LlmsloMiddleware(ServerApp(ServerConfig(telemetry=False, speed=speed)))
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":  # the requests the server got: on its log
+            rid = dict(scope["headers"]).get(b"x-request-id", b"-").decode("latin-1")
+            print(f"llmslo-test-seen {rid}", file=sys.stderr, flush=True)
+        await observed(scope, receive, send)
+
+    return app
 
 
 # ---- running an app under uvicorn -----------------------------------------------------------------------

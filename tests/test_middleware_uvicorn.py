@@ -144,7 +144,12 @@ def test_the_reference_server_under_llmslo_load_matches_the_client_one_to_one(tm
     client = {r["request_id"]: r for r in _client_rows(db)}
     mine = {r["request_id"]: r for r in read_jsonl(summaries)}
     assert len(client) == 60 == doc["load"]["attempted"]
-    assert set(mine) == set(client)  # one to one on the request id the client sent
+    seen = {line.split()[1] for line in server.log if line.startswith("llmslo-test-seen ")}
+    assert set(mine) == seen <= set(client)  # one summary for each request the server got, on the client's id
+    for rid in set(client) - seen:  # a client that hung up before the server read its request (a busy machine)
+        assert client[rid]["finish_reason"] == "client_cancel" and client[rid]["client_ttft_s"] is None
+    assert len(seen) >= 50
+    client = {rid: c for rid, c in client.items() if rid in seen}
     assert {c["finish_reason"] for c in client.values()} == {"length", "client_cancel"}
     for rid, c in client.items():
         m = mine[rid]
