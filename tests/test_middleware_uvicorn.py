@@ -132,8 +132,10 @@ def test_the_reference_server_under_llmslo_load_matches_the_client_one_to_one(tm
            "LLMSLO_METRICS_PATH": "/llmslo/metrics", "LLMSLO_TEST_SPEED": "10"}
     server = Uvicorn("llmslo.tests._middleware_app:reference_app", env=env, factory=True, lifespan="on")
     try:
+        script = Path(sys.executable).with_name("llmslo")  # the installed command, beside the interpreter
+        command = [str(script)] if script.exists() else [sys.executable, "-m", "llmslo.cli"]
         load = subprocess.run(
-            [sys.executable, "-m", "llmslo.cli", "load", server.url, "--rate", "25", "--max-requests", "60",
+            [*command, "load", server.url, "--rate", "25", "--max-requests", "60",
              "--prompt-tokens", "8-32", "--output-tokens", "4-48", "--cancel", "0.3@60ms", "--seed", "3", "--db",
              str(db), "--json", "--no-progress"], capture_output=True, text=True, timeout=180)
         assert load.returncode == 0, load.stderr
