@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from llmslo.analysis.anomaly import AnomalyReport, TighteningSignal
-    from llmslo.analysis.databases import Database
+    from llmslo.analysis.databases import Database, TimeRange
 
 __all__ = [
     "DATABASES",
@@ -100,7 +100,8 @@ def opened_database(
 
     Options that do not go together (a second source, ``--url`` without ``--database clickhouse``, a memory
     limit for ClickHouse) and bad values exit 2 naming the option; a store or files that cannot be read
-    exit 1.
+    exit 1, as does a ``--from``/``--to`` range that holds no stored request (the message says so, with the
+    span the stored arrivals do cover: an empty selection is never printed as a result).
     """
     if database not in DATABASES:
         raise _fail(f"--database: {database!r} is not one of {', '.join(DATABASES)}", EXIT_USAGE)
@@ -154,11 +155,60 @@ def opened_database(
     except LlmsloError as exc:
         raise _fail(str(exc)) from None
     try:
+        empty = window.bounded and not opened.tuples(f"SELECT 1 FROM {opened.summaries} LIMIT 1")
+    except BaseException:
+        opened.close()
+        raise
+    if empty:
+        opened.close()
+        raise _fail(_nothing_in_range(db, database, url, source, memory_limit, window))
+    try:
         yield opened
     finally:
         opened.close()
         if store is not None:
             store.close()
+
+
+def _utc(unix_s: float) -> str:
+    return dt.datetime.fromtimestamp(unix_s, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _nothing_in_range(db: Path | None, database: str, url: str | None, source: str | None,
+                      memory_limit: str | None, window: TimeRange) -> str:
+    """Why a ``--from``/``--to`` selection is empty: the range asked for, and what the stored arrivals cover."""
+    from llmslo.analysis.report import placeable_rows
+
+    lo, hi = window.from_unix_s, window.to_unix_s
+    asked = " ".join([*([f"from {_utc(lo)}"] if lo is not None else []), *([f"to {_utc(hi)}"] if hi is not None
+                                                                           else [])])
+    where = shown_source(db, database, url, source)
+    with opened_database(db, database, url, source, memory_limit, None, None) as whole:
+        try:
+            placed = placeable_rows(whole)
+            first, last, n = whole.tuples(
+                f"SELECT min(arrival_unix_s), max(arrival_unix_s), count(*) FROM {whole.summaries} "
+                f"WHERE {placed.condition}")[0]
+        except LlmsloError as exc:
+            return f"no stored request arrived in the range asked for ({asked} UTC); and {exc}"
+    more = " more" if n else ""
+    apart = (f"; {placed.left_out:,}{more} come from imports without arrival times and are in no range"
+             if placed.left_out else "")
+    if not n:
+        return f"no stored request arrived in the range asked for ({asked} UTC): {where} holds no request with an " \
+               f"arrival time{apart}"
+    return (f"no stored request arrived in the range asked for ({asked} UTC): {where} holds {int(n):,} request(s) "
+            f"with arrival times, from {_utc(float(first))} to {_utc(float(last))} UTC (first to last arrival); "
+            f"choose --from/--to within that{apart}")
+
+
+def shown_source(db: Path | None, database: str, url: str | None, source: str | None) -> str:
+    """The summaries' place as the options named it (a ClickHouse URL without its password)."""
+    if database == "clickhouse" and url is not None:
+        from llmslo.analysis.store import parse_clickhouse_url
+
+        return parse_clickhouse_url(url).shown
+    return str(source) if source is not None else str(db)
 
 
 class QueryProgress:

@@ -246,3 +246,46 @@ def test_a_windowed_report_by_model_puts_each_models_unplaced_rows_apart(workdir
     doc = json.loads(ok(workdir, "report", "--db", "s.duckdb", "--window", "1m", "--by", "model", "--json").stdout)
     assert [(g["keys"]["model"], g["keys"]["window_start_unix_s"]) for g in doc["groups"]] == [
         ("anyscale_13b", None), ("lepton_7b", None)]
+
+
+# ---- 5. a range that holds nothing is an error that says what the data covers -----------------------------
+
+
+@pytest.fixture
+def demo_store(workdir: Path) -> str:
+    """The demo's store, made by the command (the Azure trace when ../shared/real_data has it)."""
+    ok(workdir, "demo", "--db", "demo.duckdb")
+    return "demo.duckdb"
+
+
+@pytest.mark.parametrize("command", [["report"], ["report", "--json"], ["anomalies", "--metric", "ttft"]])
+def test_the_readmes_from_to_on_data_of_other_dates_says_no_row_matched(workdir: Path, demo_store: str,
+                                                                        command: list[str]) -> None:
+    res = run(workdir, *command, "--db", demo_store, "--from", "2026-12-01T00:00:00", "--to", "2026-12-02T00:00:00")
+    assert res.returncode == 1, res.stdout
+    assert res.stdout == ""
+    said = flat(res.stderr)
+    assert "no stored request arrived" in said and "2026-12-01 00:00:00" in said and "2026-12-02 00:00:00" in said
+    assert "19,366 request" in said or "18,000 request" in said  # the demo's rows, with the span they cover
+    assert "2023-11-14" in said and "choose --from/--to" in said
+
+
+def test_a_range_that_holds_rows_reports_them_as_before(workdir: Path, demo_store: str) -> None:
+    doc = json.loads(ok(workdir, "report", "--db", demo_store, "--from", "2023-11-14T22:30:00", "--to",
+                        "2023-11-14T22:40:00", "--json").stdout)
+    assert 0 < doc["totals"]["attempted"] < 19_366
+
+
+def test_parquet_files_of_other_dates_say_no_row_matched_with_their_span(workdir: Path) -> None:
+    pytest.importorskip("pyarrow")
+    from llmslo.analysis.store import ParquetSummaryWriter
+    from llmslo.telemetry import COLUMNS
+
+    writer = ParquetSummaryWriter(workdir / "summaries")
+    writer.write([{c.name: r.get(c.name, c.default) for c in COLUMNS} for r in varied_rows(50, 1_700_000_000.0)])
+    writer.close()
+    res = run(workdir, "report", "--source", "summaries/**/*.parquet", "--from", "2026-12-01T00:00:00", "--to",
+              "2026-12-02T00:00:00", "--memory-limit", "1GB")
+    assert res.returncode == 1 and res.stdout == ""
+    said = flat(res.stderr)
+    assert "no stored request arrived" in said and "50 request" in said and "2023-11-14 22:13:20" in said
