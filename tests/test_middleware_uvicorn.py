@@ -7,9 +7,10 @@ and by ``llmslo load``.
    ``LLMSLO_SUMMARY_PATH`` once uvicorn exited (the sink is flushed at exit), the metrics from
    ``LLMSLO_METRICS_PORT`` and from the app's own ``/llmslo/metrics``.
 2. llmslo's reference server (``llmslo serve``'s app, its own telemetry off) with the middleware around it,
-   under ``llmslo load`` (30 % of the clients hang up after 60 ms): the middleware's summaries and the
-   client's match one to one on the request id, with the same finish reason (``length`` or
-   ``client_cancel``) and tokens, and the server's TTFT at most the client's."""
+   under ``llmslo load`` (30 % of the clients hang up after 40 ms): one middleware summary per request the
+   server got, matching the client's on the request id, with the same finish reason and tokens (a hang-up
+   that reached the server after it completed the reply is ``length`` there), and the server's TTFT at most
+   the client's."""
 
 from __future__ import annotations
 
@@ -136,7 +137,7 @@ def test_the_reference_server_under_llmslo_load_matches_the_client_one_to_one(tm
         command = [str(script)] if script.exists() else [sys.executable, "-m", "llmslo.cli"]
         load = subprocess.run(
             [*command, "load", server.url, "--rate", "25", "--max-requests", "60",
-             "--prompt-tokens", "8-32", "--output-tokens", "4-48", "--cancel", "0.3@60ms", "--seed", "3", "--db",
+             "--prompt-tokens", "8-32", "--output-tokens", "32-96", "--cancel", "0.3@40ms", "--seed", "3", "--db",
              str(db), "--json", "--no-progress"], capture_output=True, text=True, timeout=180)
         assert load.returncode == 0, load.stderr
     finally:
@@ -153,13 +154,18 @@ def test_the_reference_server_under_llmslo_load_matches_the_client_one_to_one(tm
     assert len(seen) >= 50
     client = {rid: c for rid, c in client.items() if rid in seen}
     assert {c["finish_reason"] for c in client.values()} == {"length", "client_cancel"}
+    cancelled = 0
     for rid, c in client.items():
         m = mine[rid]
         assert m["version"] == "mw-1" and m["model"] == "llmslo-sim"
-        assert m["finish_reason"] == c["finish_reason"], (rid, m, c)
         if c["finish_reason"] == "length":
+            assert m["finish_reason"] == "length", (m, c)
             assert (m["generated_tokens"], m["prompt_tokens"]) == (c["generated_tokens"], c["prompt_tokens"]), (m, c)
-        else:  # the server handed over tokens the client never read before it hung up
+        else:  # the client hung up: the server saw it (having handed over tokens the client never read), or had
+            # completed the reply before the hang-up reached it (the client's clock and the server's disagree)
+            assert m["finish_reason"] in ("client_cancel", "length"), (m, c)
             assert m["generated_tokens"] >= c["generated_tokens"], (m, c)
-        assert c["client_ttft_s"] is not None and m["ttft_s"] is not None
-        assert m["ttft_s"] <= c["client_ttft_s"], (rid, m["ttft_s"], c["client_ttft_s"])
+            cancelled += m["finish_reason"] == "client_cancel"
+        if c["client_ttft_s"] is not None:
+            assert m["ttft_s"] is not None and m["ttft_s"] <= c["client_ttft_s"], (rid, m, c)
+    assert cancelled >= 5  # the middleware hears hang-ups through the app's receive
