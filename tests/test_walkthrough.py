@@ -289,3 +289,61 @@ def test_parquet_files_of_other_dates_say_no_row_matched_with_their_span(workdir
     assert res.returncode == 1 and res.stdout == ""
     said = flat(res.stderr)
     assert "no stored request arrived" in said and "50 request" in said and "2023-11-14 22:13:20" in said
+
+
+# ---- 6. a store's own rows can be exported -------------------------------------------------------------
+
+
+def _stored_table(path: Path) -> Any:
+    import duckdb
+
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.sql("SELECT * FROM request_summaries ORDER BY request_id").to_arrow_table()
+    finally:
+        con.close()
+
+
+def test_the_stores_own_rows_export_to_parquet_and_report_the_same(workdir: Path, demo_store: str) -> None:
+    from llmslo.analysis.store import ParquetSummaryWriter, arrow_schema
+
+    table = _stored_table(workdir / demo_store)
+    assert not table.schema.equals(arrow_schema())  # DuckDB marks every column nullable
+    writer = ParquetSummaryWriter(workdir / "export")
+    writer.write_table(table)
+    writer.close()
+    stored = json.loads(ok(workdir, "report", "--db", demo_store, "--json").stdout)
+    exported = json.loads(ok(workdir, "report", "--source", "export/**/*.parquet", "--json").stdout)
+    assert exported["totals"] == stored["totals"] and exported["totals"]["requests"] == table.num_rows
+    for name, dist in stored["groups"][0]["latency"].items():  # means may differ in the last bits (summed in
+        got = exported["groups"][0]["latency"][name]            # another order); the rest is exact
+        assert {k: v for k, v in got.items() if k != "mean"} == {k: v for k, v in dist.items() if k != "mean"}
+        assert got["mean"] == pytest.approx(dist["mean"], rel=1e-12)
+
+
+def test_a_table_the_writer_cannot_take_is_refused_naming_the_field_and_the_difference(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    from llmslo.analysis.store import ParquetSummaryWriter, arrow_schema, summary_table
+    from llmslo.telemetry import COLUMNS
+
+    good = summary_table([{c.name: ok_row(i).get(c.name, c.default) for c in COLUMNS} for i in range(3)])
+    plain = pa.table({f.name: good.column(f.name) for f in arrow_schema()})  # every field nullable
+    writer = ParquetSummaryWriter(tmp_path / "out")
+    cases = [
+        (plain.drop_columns(["e2e_s"]), r"field 'e2e_s' is missing"),
+        (plain.append_column("colour", pa.array(["red"] * 3)), r"field 'colour' is not in arrow_schema\(\)"),
+        (plain.set_column(plain.schema.get_field_index("prompt_tokens"), "prompt_tokens",
+                          pa.array([1.0, 2.0, 3.0])), r"field 'prompt_tokens' is double; arrow_schema\(\) has int64"),
+        (plain.set_column(plain.schema.get_field_index("model"), "model", pa.array(["a", None, "c"])),
+         r"field 'model' holds 1 null \(first at row 1\); arrow_schema\(\) says it is never null"),
+    ]
+    for table, message in cases:
+        with pytest.raises(ValueError, match=message):
+            writer.write_table(table)
+    writer.close()
+    assert writer.files == []  # nothing written by a refused table
+    writer = ParquetSummaryWriter(tmp_path / "out")
+    writer.write_table(plain.select(list(reversed(plain.schema.names))))  # the order of the fields is free
+    writer.close()
+    assert len(writer.files) == 1

@@ -140,13 +140,51 @@ class ParquetSummaryWriter:
             self.write_table(summary_table(rows, self._schema))
 
     def write_table(self, table: pa.Table) -> None:
-        """Append an Arrow table of summaries (the schema of :func:`arrow_schema`), e.g. a bulk export.
+        """Append an Arrow table of summaries, e.g. a bulk export of a store's own rows::
 
-        Raises ``ValueError`` for a table of another schema."""
-        if not table.schema.equals(self._schema):
-            raise ValueError("ParquetSummaryWriter.write_table: the table's schema is not arrow_schema()")
+            writer.write_table(store.con.sql("SELECT * FROM request_summaries").to_arrow_table())
+
+        The table has the fields of :func:`arrow_schema`, in any order, of the same types. A field the schema
+        says is never null may be marked nullable (DuckDB marks every column so): its values are checked
+        instead. Raises :class:`~llmslo.telemetry.ConfigurationError` (a ``ValueError``) naming the field and
+        the difference (missing, unknown, another type, nulls where none may be); nothing is written then.
+        """
+        table = self._conformed(table)
         for part, piece in self._split(table):
             self._append(part, piece)
+
+    def _conformed(self, table: pa.Table) -> pa.Table:
+        """``table`` with the writer's schema exactly (see :meth:`write_table`), or the refusal."""
+        if table.schema.equals(self._schema):
+            return table
+        where = "ParquetSummaryWriter.write_table"
+        names = table.schema.names
+        wanted = self._schema.names
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            raise ConfigurationError(f"{where}: field {name!r} appears {names.count(name)} times")
+        missing = [n for n in wanted if n not in names]
+        if missing:
+            raise ConfigurationError(f"{where}: field {missing[0]!r} is missing"
+                                     + (f" (and {', '.join(map(repr, missing[1:]))})" if missing[1:] else "")
+                                     + "; the table needs every field of arrow_schema()")
+        unknown = [n for n in names if n not in wanted]
+        if unknown:
+            raise ConfigurationError(f"{where}: field {unknown[0]!r} is not in arrow_schema()"
+                                     + (f" (nor {', '.join(map(repr, unknown[1:]))})" if unknown[1:] else "")
+                                     + "; select the schema's fields only")
+        columns = []
+        for f in self._schema:
+            got = table.schema.field(f.name)
+            if not got.type.equals(f.type):
+                raise ConfigurationError(f"{where}: field {f.name!r} is {got.type}; arrow_schema() has {f.type}")
+            column = table.column(f.name)
+            if not f.nullable and column.null_count:
+                first = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+                raise ConfigurationError(
+                    f"{where}: field {f.name!r} holds {column.null_count:,} null{'s' if column.null_count > 1 else ''}"
+                    f" (first at row {first}); arrow_schema() says it is never null")
+            columns.append(column)
+        return pa.Table.from_arrays(columns, schema=self._schema)
 
     def _split(self, table: pa.Table) -> list[tuple[str, pa.Table]]:
         """``(partition folder, its rows)`` of a batch, in order of first appearance."""
