@@ -347,3 +347,25 @@ def test_a_table_the_writer_cannot_take_is_refused_naming_the_field_and_the_diff
     writer.write_table(plain.select(list(reversed(plain.schema.names))))  # the order of the fields is free
     writer.close()
     assert len(writer.files) == 1
+
+
+# ---- 8. small things a user notices ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "csv", "parquet"])
+def test_import_auto_on_llmslos_own_format_points_to_ingest(workdir: Path, suffix: str) -> None:
+    import polars as pl
+
+    from llmslo.analysis.store import polars_schema
+    from llmslo.telemetry import COLUMNS
+
+    rows = [{c.name: r.get(c.name, c.default) for c in COLUMNS} for r in varied_rows(5, 1_700_000_000.0)]
+    frame = pl.DataFrame(rows, schema=polars_schema()).drop("itl_s")
+    path = workdir / f"summaries.{suffix}"
+    {"jsonl": frame.write_ndjson, "csv": frame.write_csv, "parquet": frame.write_parquet}[suffix](path)
+    res = run(workdir, "import", "auto", path.name, "--db", "s.duckdb")
+    assert res.returncode == 1, res.stdout
+    said = flat(res.stderr)
+    assert f"llmslo ingest {path.name} --db s.duckdb" in said and "name the kind" not in said
+    assert not (workdir / "s.duckdb").exists()
+    ok(workdir, "ingest", path.name, "--db", "s.duckdb")  # where it points works

@@ -7,12 +7,14 @@ another module adds its own with :func:`register_importer`. Nothing registers it
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llmslo.analysis.importers import _genai_perf, _guidellm, _llmperf, _vllm_bench
 from llmslo.analysis.importers._traces import TRACE_IMPORTERS
 from llmslo.analysis.importers._types import Importer, ImportOptions, ImportReport, UnknownKindError, read_head
+from llmslo.telemetry import COLUMNS
 
 if TYPE_CHECKING:
     import polars as pl
@@ -53,10 +55,11 @@ def importer_for(kind: str) -> Importer:
     return known[kind]
 
 
-def detect_kind(path: str | os.PathLike[str]) -> str:
+def detect_kind(path: str | os.PathLike[str], *, store: str | os.PathLike[str] | None = None) -> str:
     """The import kind of a file, recognised from its content (not its name).
 
-    Raises :class:`UnknownKindError` for a missing file or one no importer recognises.
+    Raises :class:`UnknownKindError` for a missing file or one no importer recognises; for a file already in
+    llmslo's own request-summary format the message points to ``llmslo ingest`` (into ``store``, when given).
     """
     p = Path(path)
     if not p.is_file():
@@ -65,10 +68,42 @@ def detect_kind(path: str | os.PathLike[str]) -> str:
     for importer in importers().values():
         if importer.detect is not None and importer.detect(p, head):
             return importer.kind
+    own = _own_format(p, head)
+    if own is not None:
+        raise UnknownKindError(
+            f"{p}: this file is already in llmslo's request-summary format ({own} with the summary's columns), not "
+            f"another tool's output: there is nothing to convert; load it with `llmslo ingest {p} --db "
+            f"{store if store is not None else 'STORE'}`"
+        )
     kinds = ", ".join(k for k, imp in importers().items() if imp.detect is not None)
     raise UnknownKindError(
         f"{p}: not recognised as any of {kinds}; name the kind explicitly (llmslo import KIND FILE)"
     )
+
+
+_KEY = re.compile(r'"([^"\\]+)"\s*:')
+
+
+def _own_format(p: Path, head: str) -> str | None:
+    """``Parquet``, ``JSONL``, ``JSON`` or ``CSV`` when the file holds every required column of the request summary
+    (what ``llmslo ingest`` reads), else None."""
+    required = {c.name for c in COLUMNS if c.required}
+    if head.startswith("PAR1"):
+        import pyarrow.parquet as pq
+
+        try:
+            names = set(pq.read_schema(p).names)
+        except Exception:  # not a readable Parquet file: not ours either
+            return None
+        return "Parquet" if required <= names else None
+    text = head.lstrip()
+    first = text.split("\n", 1)[0]
+    if first.startswith("{"):
+        return "JSONL" if required <= set(_KEY.findall(first)) else None
+    if first.startswith("["):
+        return "JSON" if required <= set(_KEY.findall(text)) else None
+    names = {n.strip().strip('"') for n in first.split(",")}
+    return "CSV" if required <= names else None
 
 
 def convert_file(

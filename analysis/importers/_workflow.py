@@ -91,7 +91,7 @@ def import_files(
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise UnknownKindError(f"no such file: {', '.join(missing)}")
-    kinds = [detect_kind(p) if kind == "auto" else kind for p in paths]
+    kinds = [detect_kind(p, store=db) if kind == "auto" else kind for p in paths]
 
     converted: list[tuple[int, Path, pl.DataFrame, ImportReport]] = []
     run_groups: dict[str, list[tuple[int, Path]]] = {}
