@@ -86,7 +86,11 @@ def _histogram_table(title: str, reports: tuple[HistogramReport, ...]) -> Table:
                 cells.append("-")
             else:
                 text = _seconds(q.value) if seconds else _num(q.value)
-                cells.append(f"≥{text}" if q.kind == "at_least" else text)
+                if q.kind == "bounded" and q.bucket_lower:  # only the bucket is known: show it, no point
+                    low = _seconds(q.bucket_lower) if seconds else _num(q.bucket_lower)
+                    text = f"({low}, {text}]"
+                cells.append(f"≥{text}" if q.kind == "at_least" else f"≤{text}" if q.kind == "bounded"
+                             and not q.bucket_lower else text)
         mean = (_seconds(h.mean) if seconds else _num(h.mean)) if h.mean is not None else "-"
         t.add_row(_shown(h.metric), _labels(h.labels), _shown(h.interval or "-"), _shown(h.per or "-"), _num(h.count),
                   mean, *cells)
@@ -227,7 +231,9 @@ def scrape_command(
     engine's series do not allow a check, the output says why and what to put in front.
 
     One file: per histogram, bucket-estimated quantiles (linear inside the bucket, as PromQL's
-    histogram_quantile; a quantile in the +Inf bucket is shown as "≥ highest bound"), the exact mean,
+    histogram_quantile; a quantile in the +Inf bucket is shown as "≥ highest bound", and one in a bucket whose
+    observations the exact sum shows are not spread across it as that bucket, "≤ bound" for the first), the
+    exact mean,
     and SLO attainment, exact only when a bucket bound equals the threshold (otherwise the range
     between the neighbouring bounds). Checks flag survivor bias: a TTFT count below the e2e count
     means requests ended without a first token; queued requests are in no histogram.

@@ -369,3 +369,33 @@ def test_import_auto_on_llmslos_own_format_points_to_ingest(workdir: Path, suffi
     assert f"llmslo ingest {path.name} --db s.duckdb" in said and "name the kind" not in said
     assert not (workdir / "s.duckdb").exists()
     ok(workdir, "ingest", path.name, "--db", "s.duckdb")  # where it points works
+
+
+def test_a_quantile_a_bucket_only_bounds_is_shown_as_the_bound_not_a_linear_guess(workdir: Path) -> None:
+    sglang = _real(workdir, "rd/prometheus/sglang_llama3.1-8b_metrics_docs_example.prom.txt")
+    doc = json.loads(ok(workdir, "scrape", sglang, "--json").stdout)
+    (func,) = [h for h in doc["histograms"] if h["metric"] == "sglang:func_latency_seconds"]
+    assert func["mean"] == pytest.approx(4.514771912145079 / 14007)  # 0.32 ms: every observation is tiny
+    for q in func["quantiles"].values():  # all but one of 14,007 observations lie in (0, 0.05]
+        assert (q["kind"], q["value"], q["bucket_lower"], q["bucket_upper"]) == ("bounded", 0.05, 0.0, 0.05)
+        assert q["label"].startswith(("p50 ≤ 0.05", "p90 ≤ 0.05", "p99 ≤ 0.05"))
+    (tpot,) = [h for h in doc["histograms"] if h["metric"] == "sglang:time_per_output_token_seconds"]
+    assert all(q["kind"] == "interpolated" for q in tpot["quantiles"].values())  # a spread histogram: as before
+    text = ok(workdir, "scrape", sglang).stdout
+    (row,) = [line for line in text.splitlines() if "sglang:func_latency_seconds" in line]
+    assert row.count("≤50ms") == 3 and "25ms" not in row and "45ms" not in row
+
+
+def test_the_sum_bounds_a_buckets_mean_from_both_sides() -> None:
+    from llmslo.analysis.scrape import bucket_quantile
+
+    inf = float("inf")
+    buckets = [(1.0, 0.0), (2.0, 100.0), (inf, 100.0)]  # 100 observations in (1, 2]
+    assert bucket_quantile(0.5, buckets, total_sum=150.0).kind == "interpolated"  # a mean of 1.5: spread
+    low = bucket_quantile(0.5, buckets, total_sum=100.5)  # a mean of 1.005: all at the bottom
+    assert (low.kind, low.value, low.bucket_lower, low.bucket_upper) == ("bounded", 2.0, 1.0, 2.0)
+    assert "in (1, 2]" in low.label()
+    assert bucket_quantile(0.5, buckets, total_sum=199.5).kind == "bounded"  # a mean of 1.995: all at the top
+    assert bucket_quantile(0.5, buckets).kind == "interpolated"  # no sum: PromQL's estimate, as before
+    # an observation above the highest bound leaves the bucket's mean unbounded from below: no "top" verdict
+    assert bucket_quantile(0.5, [(1.0, 0.0), (2.0, 100.0), (inf, 101.0)], total_sum=250.0).kind == "interpolated"

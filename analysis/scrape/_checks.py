@@ -241,7 +241,8 @@ def _report(series: HistogramSeries, quantiles: Sequence[float], resolution: Res
     total = series.total
     trusted = not series.problems
     est = tuple(
-        bucket_quantile(q, series.buckets) if trusted else QuantileEstimate(q, None, None, None, "none")
+        bucket_quantile(q, series.buckets, total_sum=series.sum) if trusted
+        else QuantileEstimate(q, None, None, None, "none")
         for q in quantiles
     )
     finite = [c for le, c in series.buckets if math.isfinite(le)]
