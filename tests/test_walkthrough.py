@@ -399,3 +399,20 @@ def test_the_sum_bounds_a_buckets_mean_from_both_sides() -> None:
     assert bucket_quantile(0.5, buckets).kind == "interpolated"  # no sum: PromQL's estimate, as before
     # an observation above the highest bound leaves the bucket's mean unbounded from below: no "top" verdict
     assert bucket_quantile(0.5, [(1.0, 0.0), (2.0, 100.0), (inf, 101.0)], total_sum=250.0).kind == "interpolated"
+
+
+def test_a_clickhouse_server_that_cannot_be_reached_prints_only_the_clear_error(workdir: Path) -> None:
+    pytest.importorskip("clickhouse_connect", reason="the clickhouse extra: pip install 'llmslo[clickhouse]'")
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    write_rows(workdir / "rows.jsonl", varied_rows(3, 1_700_000_000.0))
+    for args in (["report", "--database", "clickhouse", "--url", url],
+                 ["ingest", "rows.jsonl", "--database", "clickhouse", "--url", url]):
+        res = run(workdir, *args)
+        assert res.returncode == 1 and res.stdout == ""
+        assert "Unexpected Http Driver Exception" not in res.stderr
+        assert res.stderr.startswith("error: ") and "cannot connect" in res.stderr, res.stderr

@@ -16,6 +16,7 @@ as external data. Neither package is imported until a client is made.
 from __future__ import annotations
 
 import io
+import logging
 import re
 import threading
 import urllib.parse
@@ -290,6 +291,10 @@ def _quote(name: str) -> str:
 _STRUCTURE = {pa.string(): "String", pa.large_string(): "String", pa.float64(): "Float64", pa.int64(): "Int64"}
 
 
+_QUIET = logging.NullHandler()
+"""Added once (``addHandler`` ignores a handler already there) to clickhouse-connect's logger."""
+
+
 class HttpClient:
     """A ClickHouse server over HTTP, through ``clickhouse-connect`` (one HTTP session per client)."""
 
@@ -300,6 +305,10 @@ class HttpClient:
             raise ClickHouseError("the clickhouse-connect package is not installed: pip install 'llmslo[clickhouse]'"
                                   ) from None
         self.url = url
+        # clickhouse-connect logs a bare "Unexpected Http Driver Exception" before it raises; with no logging set
+        # up, Python prints it to stderr ahead of our error, which says the same with the cause. A NullHandler on
+        # its logger stops that fallback only: an application's own logging still receives its records.
+        logging.getLogger("clickhouse_connect").addHandler(_QUIET)
         try:
             boot = clickhouse_connect.get_client(host=url.host, port=url.port, username=url.username,
                                                  password=url.password, secure=url.secure)
