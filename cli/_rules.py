@@ -60,7 +60,7 @@ def generate(
 
     With --engine, the rules read that engine's own series (docs/dashboards.md says what each engine can
     and cannot alert on); each spec entry it cannot give is printed first, with why and the way out (put
-    llmslo's middleware or gateway in front of the engine), and named in the rules file's header.
+    llmslo's middleware inside a Python server, or the clients' own summaries), and named in the rules file's header.
     """
     from llmslo.rules import SpecError, render
 

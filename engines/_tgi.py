@@ -24,7 +24,8 @@ def _durations() -> tuple[float, ...]:
 
 _DURATION = _durations()
 _SUCCESS_ONLY = "observed for successful requests only (a failure increments tgi_request_failure and nothing else)"
-_FRONT = "put llmslo's middleware (telemetry) or llmslo's gateway in front of TGI"
+_FRONT = ("observe each request's stream instead: TGI is no Python server, so llmslo's middleware cannot go "
+          "inside it; use the clients' own summaries (llmslo load)")
 
 TGI = EngineProfile(
     key="tgi",

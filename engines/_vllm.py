@@ -17,7 +17,8 @@ _REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30
 _ABORTED = ("aborted requests are absent (vllm issue #55634: they never reach the finished-request "
             "statistics)")
 _FINISH = ("stop", "length", "abort", "error", "repetition")
-_FRONT = "put llmslo's middleware (telemetry) or llmslo's gateway in front of vLLM"
+_FRONT = ("add llmslo's middleware to vLLM (vllm serve --middleware llmslo.telemetry.LlmsloMiddleware; "
+          "docs/middleware.md): it observes each request's stream")
 
 VLLM = EngineProfile(
     key="vllm",

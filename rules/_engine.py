@@ -22,6 +22,7 @@ saturation objectives need binding: to llmslo's ``queued`` and ``in_flight`` gau
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Literal
@@ -36,8 +37,9 @@ if TYPE_CHECKING:
 
 __all__ = ["EngineSupportError", "Refusal", "Sli", "bind_objectives", "bind_operational", "resolve_engine", "support"]
 
-FRONT = ("put llmslo's middleware (llmslo.telemetry, inside the server) or llmslo's gateway in front of the "
-         "engine and generate the rules without --engine: they observe every request's stream")
+FRONT = ("put llmslo's middleware inside the server (vLLM, SGLang, llama-cpp-python or any ASGI app; "
+         "docs/middleware.md) and generate the rules without --engine: it observes every request's stream; for "
+         "an engine that is no Python server (TGI, llama-server) use the clients' own summaries (llmslo load)")
 """The way out for what an engine's own series cannot give."""
 CATALOGUE_GAUGES: dict[str, str] = {"waiting": "queued", "running": "in_flight"}
 """Saturation concepts -> llmslo's own gauges (catalogue keys); llmslo exports no KV-cache gauge."""
@@ -137,10 +139,15 @@ def entry_of(objective: ObjectiveSpec) -> str:
     return f"{objective.name}: {what}"
 
 
+_FIX_CLAUSE = re.compile(r"; (?=(?:put|add|observe|use|derive|count) )")
+"""Where the way-out clause of a profile's ``lacks`` text begins: ``; `` and one of these verbs."""
+
+
 def _split(text: str) -> tuple[str, str]:
-    """A profile's ``lacks`` text as (reason, way out): the way out is its ``put …`` clause, else :data:`FRONT`."""
-    head, sep, tail = text.partition("; put ")
-    return (head, f"put {tail}") if sep else (text, FRONT)
+    """A profile's ``lacks`` text as (reason, way out): the way out is its first ``; <verb> …`` clause (``put``,
+    ``add``, ``observe``…), else :data:`FRONT`."""
+    match = _FIX_CLAUSE.search(text)
+    return (text[:match.start()], text[match.end():]) if match else (text, FRONT)
 
 
 class _Refused(Exception):
@@ -284,13 +291,13 @@ _OPERATIONAL_REASONS: dict[str, tuple[str, str]] = {
     "queue_saturation": ("it reads the bounded admission queue of llmslo.controls (queued / capacity); {engine} "
                          "exports no queue capacity",
                          "a saturation objective on the engine's waiting requests (kind: saturation, metric: "
-                         "waiting), or llmslo's gateway in front of the engine"),
+                         "waiting), or llmslo.controls' admission queue inside a Python server (docs/controls.md)"),
     "rejections": ("{engine} counts no requests rejected by reason (429 queue_full, rate_limited)",
-                   "put llmslo's gateway in front of the engine: it admits, rejects and counts"),
-    "breaker_open": ("circuit breakers are llmslo's (llmslo.controls, the gateway); {engine} has none",
-                     "put llmslo's gateway in front of the engine"),
+                   "admit with llmslo.controls inside a Python server (docs/controls.md): it rejects and counts"),
+    "breaker_open": ("circuit breakers are llmslo's (llmslo.controls); {engine} has none",
+                     "use llmslo.controls' CircuitBreaker inside a Python server (docs/controls.md)"),
     "drain_too_long": ("the drain gauge is llmslo's (the drain controller); {engine} exports none",
-                       "drain through llmslo's gateway or llmslo.controls' drain controller"),
+                       "drain with llmslo.controls' drain controller inside a Python server (docs/controls.md)"),
     "summaries_dropped": ("request summaries are written by llmslo's telemetry sink, not by {engine}", FRONT),
     "gpu_memory": ("GPU memory comes from llmslo's GPU sampler (llmslo gpu sample), not from {engine}'s /metrics",
                    "run llmslo's GPU sampler beside the engine and generate this alert without --engine"),

@@ -210,7 +210,7 @@ def test_llamacpp_has_no_histograms_no_labels_and_its_concepts() -> None:
     [high] = [s for s in p.series if s.high_water]
     assert (high.name, high.type) == ("llamacpp:n_tokens_max", "counter")
     assert {"ttft_s", "tpot_s", "itl_s", "e2e_s"} <= set(p.lacks)
-    assert all("middleware" in p.lacks[c] and "gateway" in p.lacks[c] for c in ("ttft_s", "e2e_s"))
+    assert all("middleware" in p.lacks[c] and "llmslo load" in p.lacks[c] for c in ("ttft_s", "e2e_s"))
 
 
 def test_tgi_lacks_ttft_and_its_time_per_token_includes_prefill() -> None:

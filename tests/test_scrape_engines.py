@@ -128,7 +128,7 @@ def test_tgi_check_counts_requests_that_did_not_succeed_and_says_it_has_no_ttft(
     [unsuccessful] = _checks(a.findings, "unsuccessful_requests")
     assert unsuccessful.numbers == {"requests": 111, "succeeded": 109, "failed": 2}
     [unavailable] = _checks(a.findings, "survivor_bias_check_unavailable")
-    assert "no time-to-first-token histogram" in unavailable.message and "in front of TGI" in unavailable.message
+    assert "no time-to-first-token histogram" in unavailable.message and "llmslo load" in unavailable.message
     [blind] = _checks(a.findings, "survivor_bias_blind_spot")
     assert "aborts" in blind.message
 
