@@ -6,7 +6,10 @@ Run it with an ASGI server (the ``examples`` extra installs uvicorn: ``pip insta
 
 ``GET /metrics`` serves the metrics (OpenMetrics with request-id exemplars when the scraper asks for it),
 ``POST /generate`` streams tokens. The fake engine produces one token every 20 ms, 64 tokens a request; the
-bounded send queue pauses it when the client reads slower.
+bounded send queue pauses it when the client reads slower. Every request leaves one summary row in JSONL files
+under ``summaries/`` (the folder ``LLMSLO_SUMMARIES`` names, if set), written by a ``SummarySink`` in the
+background and closed at shutdown (the ASGI lifespan): load them with ``llmslo ingest summaries/*.jsonl --db
+s.duckdb``.
 
 Each request reaches exactly one terminal state: ``length`` once all its tokens were sent, ``client_cancel``
 when the client hangs up first (the server's ``http.disconnect`` message, or a send that fails), ``deadline``
@@ -17,16 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from llmslo.telemetry import (
+    JsonlWriter,
     RequestTracker,
     SendQueue,
     SloPolicy,
     StreamClosed,
     StreamPolicy,
+    SummarySink,
     Telemetry,
     metrics_app,
 )
@@ -35,7 +41,8 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
-tel = Telemetry(policies=[SloPolicy(ttft_s=2.0, tpot_s=0.1)], version="example-1")
+sink = SummarySink(JsonlWriter(os.environ.get("LLMSLO_SUMMARIES", "summaries")))  # or DuckDBSummaryWriter(file)
+tel = Telemetry(policies=[SloPolicy(ttft_s=2.0, tpot_s=0.1)], version="example-1", sink=sink)
 metrics = metrics_app(tel.registry)
 STREAM = StreamPolicy(capacity=16, idle_s=30, max_duration_s=300)
 MAX_TOKENS = 64
@@ -107,7 +114,22 @@ async def generate(receive: Receive, send: Send, prompt_tokens: int = 12, max_to
                     await task
 
 
+async def lifespan(receive: Receive, send: Send) -> None:
+    """The ASGI lifespan: at shutdown the sink writes what it holds (at most 2 s) before the process exits."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await asyncio.to_thread(sink.close, timeout_s=2)
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
 async def app(scope: Message, receive: Receive, send: Send) -> None:
+    if scope["type"] == "lifespan":
+        await lifespan(receive, send)
+        return
     if scope["type"] != "http":
         return
     if scope["path"] == "/metrics":

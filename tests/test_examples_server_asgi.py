@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import http.client
 import importlib.util
+import json
+import os
 import re
 import socket
 import subprocess
@@ -52,14 +54,16 @@ def _ignored(samples: Samples) -> float:
 
 
 class Uvicorn:
-    """``python -m uvicorn`` serving the example on 127.0.0.1 (a port the OS picks), its log kept in memory."""
+    """``python -m uvicorn`` serving the example on 127.0.0.1 (a port the OS picks), its log kept in memory; its
+    summaries go to ``summaries`` (``LLMSLO_SUMMARIES``), a folder of the test's."""
 
-    def __init__(self) -> None:
+    def __init__(self, summaries: Path, *, lifespan: bool = False) -> None:
         self.log: list[str] = []
+        env = {**os.environ, "LLMSLO_SUMMARIES": str(summaries)}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "--app-dir", str(EXAMPLE.parent), "--host", "127.0.0.1",
-             "--port", "0", "--lifespan", "off", "--no-access-log", "server_asgi:app"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             "--port", "0", *([] if lifespan else ["--lifespan", "off"]), "--no-access-log", "server_asgi:app"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=summaries.parent)
         self.port = 0
         started = threading.Event()
 
@@ -114,9 +118,9 @@ class Uvicorn:
 
 
 @pytest.fixture
-def server() -> Iterator[Uvicorn]:
+def server(tmp_path: Path) -> Iterator[Uvicorn]:
     pytest.importorskip("uvicorn", reason="the examples extra installs uvicorn: pip install 'llmslo[examples]'")
-    running = Uvicorn()
+    running = Uvicorn(tmp_path / "summaries")
     try:
         yield running
     finally:
@@ -172,9 +176,11 @@ def _load_example() -> Any:
     return module
 
 
-def test_a_send_that_fails_mid_stream_ends_the_request_client_cancel() -> None:
+def test_a_send_that_fails_mid_stream_ends_the_request_client_cancel(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Driven through the ASGI callable: the server raises from ``send`` once the client is gone (as some
     servers do) and never reports ``http.disconnect``."""
+    monkeypatch.setenv("LLMSLO_SUMMARIES", str(tmp_path / "summaries"))
     example = _load_example()
     example.TOKEN_INTERVAL_S = 0.001
     sent: list[dict[str, Any]] = []
@@ -196,6 +202,41 @@ def test_a_send_that_fails_mid_stream_ends_the_request_client_cancel() -> None:
     assert _requests(samples) == {"client_cancel": 1}
     assert _ignored(samples) == 0
     assert example.tel.guard.errors == {}
+    example.sink.close(timeout_s=5)
+    (row,) = [json.loads(line) for f in (tmp_path / "summaries").glob("*.jsonl") for line in f.read_text().splitlines()]
+    assert row["finish_reason"] == "client_cancel"
+
+
+@pytest.mark.integration
+def test_run_as_the_readme_says_every_request_leaves_one_summary_that_llmslo_ingest_loads(tmp_path: Path) -> None:
+    """``uvicorn --app-dir examples server_asgi:app`` (lifespan on, as uvicorn runs it by default): the README's
+    snippet, ``SummarySink`` included, is the example's; at shutdown the sink is closed and every summary is
+    written."""
+    pytest.importorskip("uvicorn", reason="the examples extra installs uvicorn: pip install 'llmslo[examples]'")
+    summaries = tmp_path / "summaries"
+    server = Uvicorn(summaries, lifespan=True)
+    try:
+        for _ in range(2):
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+            conn.request("POST", "/generate", body=b"")
+            assert len(conn.getresponse().read().split()) == 64
+            conn.close()
+    finally:
+        server.stop()
+    assert any("Application shutdown complete" in line for line in server.log), "".join(server.log)
+    rows = [json.loads(line) for f in sorted(summaries.glob("*.jsonl")) for line in f.read_text().splitlines()]
+    assert [(r["finish_reason"], r["generated_tokens"], r["model"]) for r in rows] == [("length", 64, MODEL)] * 2
+    readme = (EXAMPLE.parents[1] / "README.md").read_text()
+    snippet = readme[readme.index("```python\nsink = SummarySink("):]
+    example = EXAMPLE.read_text()
+    assert "sink = SummarySink(" in example and "Telemetry(" in example and "sink=sink)" in example
+    assert "sink.close" in example
+    assert snippet.index("sink.close(timeout_s=2)") < snippet.index("```", 10)
+    exe = Path(sys.executable).parent / "llmslo"
+    if exe.is_file():
+        done = subprocess.run([str(exe), "ingest", *map(str, sorted(summaries.glob("*.jsonl"))), "--db",
+                               str(tmp_path / "s.duckdb"), "--json"], capture_output=True, text=True, check=True)
+        assert json.loads(done.stdout)["store_rows"] == 2
 
 
 def test_a_disconnect_message_before_the_body_ends_the_request_client_cancel_without_a_response() -> None:
