@@ -370,7 +370,7 @@ def demo(
         raise _fail("--out goes with --live, --rollout or --engine", EXIT_USAGE)
     from llmslo.analysis.report import ReportSpec
     from llmslo.analysis.store import Store
-    from llmslo.analysis.workload import simulate_demo_workload
+    from llmslo.analysis.workload import demo_workload_note, simulate_demo_workload
 
     try:  # the command line first: a bad option changes nothing
         spec = ReportSpec(_policy(ttft, tpot, None, window, "stop,length", False), by=_by(by))
@@ -382,9 +382,9 @@ def demo(
     if db.exists() and _store_origin(db) != "demo":
         raise _fail(f"{db} exists and is not a demo store; pass another --db", EXIT_INPUT)
     say = err() if as_json else _console()
-    source = f"arrivals and lengths from {trace}" if trace else "synthetic arrivals: no trace found"
-    say.print(f"simulating the workload ({shown(source)})", highlight=False)
     try:
+        source = demo_workload_note(trace)  # where the arrivals come from, and the timeline made of them
+        say.print(f"simulating the workload ({shown(source)})", highlight=False, soft_wrap=True)
         frame = simulate_demo_workload(trace, seed=seed)
     except LlmsloError as exc:
         raise _fail(str(exc)) from None

@@ -416,3 +416,27 @@ def test_a_clickhouse_server_that_cannot_be_reached_prints_only_the_clear_error(
         assert res.returncode == 1 and res.stdout == ""
         assert "Unexpected Http Driver Exception" not in res.stderr
         assert res.stderr.startswith("error: ") and "cannot connect" in res.stderr, res.stderr
+
+
+# ---- 7. docs and outputs that say what ran ------------------------------------------------------------------
+
+
+def test_the_demo_says_its_fixed_start_and_the_squeezed_burst_beside_the_trace_it_replays(workdir: Path) -> None:
+    trace = _real(workdir, "rd/azure/AzureLLMInferenceTrace_conv.csv")
+    res = ok(workdir, "demo", "--db", "demo.duckdb", "--trace", trace, "--json")
+    said = flat(res.stderr)
+    assert f"arrivals and lengths from {trace}" in said
+    assert "the trace starts 2023-11-16 18:15:46 UTC" in said  # the file's own first arrival
+    assert "replayed from a fixed start, 2023-11-14 22:13:20 UTC" in said
+    assert "12 min of its arrivals squeezed into 3 min (a 4× burst)" in said
+    doc = json.loads(res.stdout)
+    first = min(g["keys"]["window_start_unix_s"] for g in doc["groups"])
+    assert first == 1_700_000_000.0 - 1_700_000_000.0 % 300  # the windows start where the note says
+
+
+def test_the_synthetic_demo_says_the_same_of_its_poisson_arrivals() -> None:
+    from llmslo.analysis.workload import demo_workload_note
+
+    note = demo_workload_note(None)
+    assert note.startswith("synthetic arrivals: no trace found; Poisson at 5 req/s")
+    assert "from a fixed start, 2023-11-14 22:13:20 UTC" in note and "a 4× burst" in note

@@ -11,7 +11,7 @@ from llmslo.analysis._extra import require
 
 require("llmslo.analysis.workload", "polars", "numpy")
 
-from llmslo.analysis.workload._demo import ServerModel, simulate_demo_workload
+from llmslo.analysis.workload._demo import DEMO_START_UNIX_S, ServerModel, demo_workload_note, simulate_demo_workload
 from llmslo.analysis.workload._traces import (
     MOONCAKE_BLOCK_TOKENS,
     SCHEDULE_SCHEMA,
@@ -32,6 +32,7 @@ from llmslo.analysis.workload._traces import (
 )
 
 __all__ = [
+    "DEMO_START_UNIX_S",
     "LengthStats",
     "MOONCAKE_BLOCK_TOKENS",
     "PrefixStats",
@@ -42,6 +43,7 @@ __all__ = [
     "TRACE_NOTE",
     "TraceFormatError",
     "TraceSummary",
+    "demo_workload_note",
     "detect_trace_kind",
     "read_azure_trace",
     "read_burstgpt_trace",

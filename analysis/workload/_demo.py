@@ -40,6 +40,7 @@ network round trip), a few slow stream readers (``stream_paused_s > 0``; some di
 
 from __future__ import annotations
 
+import datetime as dt
 import heapq
 import math
 from collections import deque
@@ -64,7 +65,9 @@ __all__ = [
     "ITL_ROWS",
     "REJECT_LATENCY_S",
     "SERVERS",
+    "DEMO_START_UNIX_S",
     "ServerModel",
+    "demo_workload_note",
     "simulate_demo_workload",
 ]
 
@@ -382,11 +385,37 @@ def _nullable(values: FloatArray) -> pl.Series:
     return pl.Series(np.round(values, 6)).fill_nan(None)
 
 
+DEMO_START_UNIX_S = 1_700_000_000.0
+"""Where the demo's timeline starts (2023-11-14 22:13:20 UTC), whatever the trace's own dates."""
+
+
+def _utc(unix_s: float) -> str:
+    return dt.datetime.fromtimestamp(unix_s, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def demo_workload_note(trace_csv: Path | None, *, start_unix_s: float = DEMO_START_UNIX_S) -> str:
+    """What :func:`simulate_demo_workload` makes of ``trace_csv`` (None: synthetic arrivals), for a person: where
+    the arrivals come from, the fixed start of the replay beside the trace's own first arrival, and the burst
+    squeezed into it. Reads the trace's timestamps (about 20k rows: fast)."""
+    squeezed = (f"{BURST_OFFSET_S / 60:g} min in, {BURST_DURATION_S * BURST_FACTOR / 60:g} min of its arrivals "
+                f"squeezed into {BURST_DURATION_S / 60:g} min (a {BURST_FACTOR:g}× burst)")
+    if trace_csv is None:
+        return (f"synthetic arrivals: no trace found; Poisson at {SYNTHETIC_RATE_PER_S:g} req/s from a fixed start, "
+                f"{_utc(start_unix_s)} UTC; {squeezed}")
+    stamps = pl.read_csv(trace_csv, columns=["TIMESTAMP"], schema_overrides={"TIMESTAMP": pl.String})
+    first = stamps.select(pl.col("TIMESTAMP").str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="us",
+                                                              time_zone="UTC").min()).item()
+    own = f"the trace starts {first:%Y-%m-%d %H:%M:%S} UTC" if first is not None else "the trace has no arrival"
+    return (f"arrivals and lengths from {trace_csv}: its gaps between arrivals and its token lengths, replayed "
+            f"from a fixed start, {_utc(start_unix_s)} UTC ({own}); {squeezed}, so the replay is "
+            f"{BURST_DURATION_S * (BURST_FACTOR - 1) / 60:g} min shorter than the trace")
+
+
 def simulate_demo_workload(
     trace_csv: Path | None = None,
     *,
     seed: int = 0,
-    start_unix_s: float = 1_700_000_000.0,
+    start_unix_s: float = DEMO_START_UNIX_S,
     max_requests: int | None = None,
 ) -> pl.DataFrame:
     """Simulate a serving workload with an overload burst; one request-summary row per request.
