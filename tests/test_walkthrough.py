@@ -440,3 +440,19 @@ def test_the_synthetic_demo_says_the_same_of_its_poisson_arrivals() -> None:
     note = demo_workload_note(None)
     assert note.startswith("synthetic arrivals: no trace found; Poisson at 5 req/s")
     assert "from a fixed start, 2023-11-14 22:13:20 UTC" in note and "a 4× burst" in note
+
+
+def test_a_reingested_id_with_other_content_is_conflicting_as_the_conventions_say(workdir: Path) -> None:
+    write_rows(workdir / "day1.jsonl", varied_rows(5, 1_700_000_000.0))
+    ok(workdir, "ingest", "day1.jsonl", "--db", "s.duckdb")
+    changed = varied_rows(5, 1_700_000_000.0)
+    changed[2]["prompt_tokens"] = 999  # the same request_id, other content
+    write_rows(workdir / "day1-fixed.jsonl", changed)
+    res = ok(workdir, "ingest", "day1-fixed.jsonl", "--db", "s.duckdb", "--json")
+    (f,) = json.loads(res.stdout)["files"]
+    assert (f["rows_already_stored"], f["rows_conflicting"], f["conflicting_ids"]) == (4, 1, ["req-2"])
+    assert "request_id that is stored with other content" in flat(run(workdir, "ingest", "day1-fixed.jsonl",
+                                                                      "--db", "s.duckdb").stderr)
+    conventions = flat((Path(__file__).resolve().parents[1] / "docs" / "conventions.md").read_text())
+    idempotence = conventions[conventions.index("**Idempotence**"):conventions.index("**Atomicity**")]
+    assert "conflicting" in idempotence and "whatever its other values" not in idempotence
