@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
+
+# examples/server_asgi.py writes its summaries to ./summaries unless LLMSLO_SUMMARIES names a folder: a test that
+# loads or runs it without naming one writes into a temporary folder, never into the checkout.
+os.environ.setdefault("LLMSLO_SUMMARIES",
+                      os.path.join(tempfile.gettempdir(), f"llmslo-example-summaries-{os.getpid()}"))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
