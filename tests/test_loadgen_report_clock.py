@@ -85,7 +85,17 @@ def test_client_and_server_rows_in_one_store_are_called_mixed(tmp_path: Path, se
     ran = llmslo("report", "--db", "both.duckdb", cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
     footer = _footer(ran.stdout)
-    assert footer["clock"].startswith("MIXED: 6 rows were measured by a client (ttft_s = client_ttft_s, no queue_s) "
-                                      "and 8 by the server"), footer
+    assert footer["clock"].startswith("MIXED: 6 rows were measured by a client (their times repeated in the "
+                                      "client_ columns, no queue_s) and 8 by the server"), footer
     assert footer["ttft_s"].startswith("server rows: first token committed - arrival (server clock")
     assert "client rows: first content chunk received - request sent (client clock" in footer["ttft_s"]
+
+
+def test_the_simulated_demo_is_on_the_servers_clock_though_its_refusals_carry_client_figures(tmp_path: Path) -> None:
+    """The simulated demo's rows are the server's; its refusals and early cancels have no first token and no
+    queue time but do carry the clients' figures: they tell nothing of the clock (not 'a client measured
+    them', which made the footer say MIXED)."""
+    ran = llmslo("demo", "--db", "demo.duckdb", "--json", cwd=tmp_path, timeout_s=300)
+    assert ran.returncode == 0, ran.stderr
+    clock = json.loads(ran.stdout)["clock"]
+    assert clock["kind"] == "server" and clock["client_rows"] == 0 and clock["server_rows"] > 10_000, clock

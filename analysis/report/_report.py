@@ -113,13 +113,13 @@ def definitions_for(clock: Clock) -> dict[str, str]:
     if clock.kind == "client":
         out.update(CLIENT_DEFINITIONS)
         out["clock"] = (f"the client's: {clock.client_rows:,} of {clock.rows:,} rows were measured by a client "
-                        f"(ttft_s repeated in client_ttft_s, a client figure, no queue_s), as llmslo load and "
-                        f"the benchmark importers write them{untold}")
+                        f"(ttft_s repeated in client_ttft_s, or e2e_s in client_e2e_s, and no queue_s), as llmslo "
+                        f"load and the benchmark importers write them{untold}")
     elif clock.kind == "mixed":
-        out["clock"] = (f"MIXED: {clock.client_rows:,} rows were measured by a client (ttft_s = client_ttft_s, no "
-                        f"queue_s) and {clock.server_rows:,} by the server{untold}; their intervals are on "
-                        "different clocks, so figures that pool them mean neither: keep them apart (a store each, "
-                        "or --by version)")
+        out["clock"] = (f"MIXED: {clock.client_rows:,} rows were measured by a client (their times repeated in "
+                        f"the client_ columns, no queue_s) and {clock.server_rows:,} by the server{untold}; their "
+                        "intervals are on different clocks, so figures that pool them mean neither: keep them apart "
+                        "(a store each, or --by version)")
         for name, text in CLIENT_DEFINITIONS.items():
             out[name] = f"server rows: {out[name]}; client rows: {text}"
     elif clock.kind == "server":

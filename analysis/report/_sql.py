@@ -283,15 +283,17 @@ def finite(value: Any) -> float | None:
 _INTERVAL_EXPR: dict[str, str] = {"ttft_s": "ttft_s", "tpot_s": "tpot_s_derived", "e2e_s": "e2e_s",
                                   "queue_s": "queue_s", "client_ttft_s": "client_ttft_s"}
 """The main aggregate's expression of each interval (over :func:`_base_sql`); ``itl_s`` has its own pass."""
-CLIENT_CLOCK_SQL = ("queue_s IS NULL AND (client_ttft_s IS NOT NULL OR client_e2e_s IS NOT NULL) "
-                    "AND (ttft_s IS NULL OR coalesce(ttft_s = client_ttft_s, FALSE))")
-"""A row measured on a client's clock: it carries a figure of the client's clock, its ``ttft_s`` is that
-client's (``client_ttft_s`` repeats it: ``llmslo load``'s rows, and rows imported from benchmark tools' files),
-and it has no ``queue_s`` (a client cannot see the server's queue)."""
+CLIENT_CLOCK_SQL = ("queue_s IS NULL AND (coalesce(ttft_s = client_ttft_s, FALSE) "
+                    "OR (ttft_s IS NULL AND coalesce(e2e_s = client_e2e_s, FALSE)))")
+"""A row measured on a client's clock: its times are the client's own (``client_ttft_s`` repeats ``ttft_s``;
+without a first token, ``client_e2e_s`` repeats ``e2e_s``: ``llmslo load``'s rows, and rows imported from
+benchmark tools' files), and it has no ``queue_s`` (a client cannot see the server's queue). A server's row may
+carry its clients' figures too (the simulated demo's refusals and early cancels do), but on another clock than
+its own intervals, so they differ."""
 SERVER_CLOCK_SQL = "queue_s IS NOT NULL OR (ttft_s IS NOT NULL AND NOT coalesce(ttft_s = client_ttft_s, FALSE))"
 """A row measured on the server's clock: it has a ``queue_s``, or a ``ttft_s`` that is not its ``client_ttft_s``
 (``llmslo serve``'s rows, and any server's through the telemetry). A row neither this nor
-:data:`CLIENT_CLOCK_SQL` (a refusal with no time of either kind) tells nothing of its clock."""
+:data:`CLIENT_CLOCK_SQL` (no first token and no queue time) tells nothing of its clock."""
 
 
 def clock_conditions(present: Mapping[str, bool]) -> tuple[str | None, str | None]:
@@ -299,19 +301,18 @@ def clock_conditions(present: Mapping[str, bool]) -> tuple[str | None, str | Non
     (``present``: the pre-pass's answers) resolved, so the aggregate never reads such a column; None for a
     condition that no row can meet."""
     queue, ttft, c_ttft, c_e2e = (present[k] for k in ("queue_s", "ttft_s", "client_ttft_s", "client_e2e_s"))
-    figures = [f"{c} IS NOT NULL" for c, here in (("client_ttft_s", c_ttft), ("client_e2e_s", c_e2e)) if here]
+    same = [*(["coalesce(ttft_s = client_ttft_s, FALSE)"] if ttft and c_ttft else []),
+            *([f"({'ttft_s IS NULL AND ' if ttft else ''}coalesce(e2e_s = client_e2e_s, FALSE))"] if c_e2e else [])]
     client: str | None = None
-    if figures:
-        terms = ["queue_s IS NULL"] if queue else []
-        terms.append(f"({' OR '.join(figures)})")
-        if ttft:
-            terms.append("(ttft_s IS NULL OR coalesce(ttft_s = client_ttft_s, FALSE))" if c_ttft else "ttft_s IS NULL")
-        client = " AND ".join(terms)
+    if same:
+        client = " AND ".join([*(["queue_s IS NULL"] if queue else []), f"({' OR '.join(same)})"])
     either = ["queue_s IS NOT NULL"] if queue else []
     if ttft:
         either.append("(ttft_s IS NOT NULL AND NOT coalesce(ttft_s = client_ttft_s, FALSE))" if c_ttft
                       else "ttft_s IS NOT NULL")
     return client, " OR ".join(either) or None
+
+
 ADMITTED = "finish_reason <> 'rejected'"
 """A row the censoring-aware TTFT counts: admitted (every finish reason but ``rejected``)."""
 def _presence(dialect: Dialect) -> dict[str, str]:
