@@ -1,7 +1,9 @@
 """``llmslo load URL``: drive open-loop load against an OpenAI-compatible endpoint and report what the client saw.
 
-This module only wires: it reads the flags, reads a trace through ``llmslo.analysis.workload.read_trace``
-and hands the load generator (``llmslo.loadgen``) a plain schedule, picks the summary writer (the DuckDB
+This module only wires: it reads the flags, reads a trace through ``llmslo.analysis.workload.read_trace`` or
+a schedule file llmslo wrote (``llmslo import``, ``llmslo trace --out``) through
+``llmslo.analysis.workload.read_schedule``, and hands the load generator (``llmslo.loadgen``, which reads no
+Parquet itself) a plain schedule, picks the summary writer (the DuckDB
 store for ``--db``, JSONL files for ``--jsonl``), runs, and prints the ``vllm bench serve``-style table beside
 ``llmslo report`` over this run's client-side summaries. Its module imports only typer and
 light standard-library modules; everything else (asyncio included) is imported when the command runs, so
@@ -60,7 +62,7 @@ def _input(message: str) -> typer.Exit:
 
 SERVE_HINT = "llmslo load needs the 'serve' extra (httpx is missing): pip install 'llmslo[serve]'"
 ANALYSIS_MODULES = ("duckdb", "pyarrow", "polars")
-"""What ``--db``, ``--trace-kind`` and the report need (the ``analysis`` extra)."""
+"""What ``--db``, ``--trace-kind``, ``--schedule`` and the report need (the ``analysis`` extra)."""
 
 
 def _missing(*modules: str) -> list[str]:
@@ -89,10 +91,30 @@ def _seconds(flag: str, text: str | None, *, zero: bool = False) -> float | None
         raise _usage(str(exc)) from None
 
 
+def _refuse_beside_schedule(trace: tuple[str, Path] | None, flags: Mapping[str, object]) -> None:
+    """Exit 2 when a flag that makes or reshapes arrivals comes with ``--schedule`` (whose file is replayed as
+    written); ``flags`` maps each such flag to its value (None or empty: not given)."""
+    if trace is not None:
+        raise _usage("--trace-kind: give a trace (--trace-kind KIND FILE) or a schedule file (--schedule FILE), "
+                     "not both; a schedule file is replayed as written")
+    for flag, value in flags.items():
+        if value is None or value == []:
+            continue
+        if flag in ("--rate", "--arrivals", "--burstiness"):
+            raise _usage(f"{flag}: --schedule FILE replays the file's own arrival times as written; drop {flag} "
+                         "(synthetic arrivals: --rate without --schedule)")
+        if flag in ("--ramp", "--burst"):
+            raise _usage(f"{flag}: --schedule FILE replays the file's offsets as written; drop {flag}, or reshape "
+                         f"a trace's arrivals with --trace-kind KIND TRACE {flag} ...")
+        raise _usage(f"{flag}: --schedule FILE replays the file's lengths as written; drop {flag}, or replace a "
+                     f"trace's lengths with --trace-kind KIND TRACE {flag} N")
+
+
 def _schedule(trace: tuple[str, Path] | None, *, arrivals: str | None, rate: float | None, burstiness: float | None,
               duration_s: float | None, max_requests: int | None, ramp_s: float | None, bursts: list[str],
-              prompt: str | None, output: str | None, seed: int) -> Schedule:
-    """The schedule the flags describe; exits 2 for a bad flag, 1 for a trace that cannot be read."""
+              prompt: str | None, output: str | None, seed: int, schedule_file: Path | None = None) -> Schedule:
+    """The schedule the flags describe; exits 2 for a bad flag, 1 for a trace or schedule file that cannot be
+    read."""
     from llmslo.loadgen import (
         Burst,
         LengthSpec,
@@ -103,14 +125,20 @@ def _schedule(trace: tuple[str, Path] | None, *, arrivals: str | None, rate: flo
         trace_schedule,
     )
 
+    if schedule_file is not None:
+        _refuse_beside_schedule(trace, {"--rate": rate, "--arrivals": arrivals, "--burstiness": burstiness,
+                                        "--ramp": ramp_s, "--burst": bursts, "--prompt-tokens": prompt,
+                                        "--output-tokens": output})
+        return _file_schedule(schedule_file, duration_s=duration_s, max_requests=max_requests, seed=seed)
     try:
         profile = RateProfile(ramp_s, tuple(Burst.parse(b) for b in bursts))
         prompt_spec = None if prompt is None else LengthSpec.parse("--prompt-tokens", prompt)
         output_spec = None if output is None else LengthSpec.parse("--output-tokens", output)
         if trace is None:
             if rate is None:
-                raise _usage("--rate: required without --trace-kind (requests per second, e.g. --rate 5), or "
-                             "replay a trace with --trace-kind azure|mooncake|burstgpt FILE")
+                raise _usage("--rate: required without --trace-kind or --schedule (requests per second, e.g. "
+                             "--rate 5), or replay a trace with --trace-kind azure|mooncake|burstgpt FILE, or a "
+                             "schedule llmslo wrote with --schedule FILE")
             kind = arrivals or "poisson"
             if kind == "gamma" and burstiness is None:
                 raise _usage("--burstiness: gamma arrivals need their coefficient of variation, e.g. "
@@ -133,6 +161,38 @@ def _schedule(trace: tuple[str, Path] | None, *, arrivals: str | None, rate: flo
         raise _usage(str(exc)) from None
     except ValueError as exc:
         raise _input(str(exc)) from None
+
+
+def _file_schedule(path: Path, *, duration_s: float | None, max_requests: int | None, seed: int) -> Schedule:
+    """The schedule in ``path`` (written by ``llmslo import`` or ``llmslo trace --out``), its offsets and
+    lengths as written, cut by ``--duration`` / ``--max-requests``; exits 2 for a bad limit, 1 for a file that
+    cannot be read (naming the file, the column or row, and the fix)."""
+    import dataclasses
+
+    from llmslo.loadgen import SpecError, check_limits, trace_schedule
+
+    try:
+        check_limits(duration_s, max_requests)  # before the file is read
+    except SpecError as exc:
+        raise _usage(str(exc)) from None
+    if not path.is_file():
+        raise _input(f"--schedule: no such file {path}")
+    _needs_analysis("--schedule")
+    from llmslo.analysis.workload import ScheduleFileError, read_schedule
+
+    try:
+        read = read_schedule(path)
+    except ScheduleFileError as exc:
+        raise _input(f"--schedule: {exc}") from None
+    try:
+        schedule = trace_schedule(read.offsets_s, read.input_tokens, read.output_tokens, source=str(path),
+                                  duration_s=duration_s, max_requests=max_requests, seed=seed,
+                                  recorded_by="the schedule")
+    except ValueError as exc:  # pragma: no cover - read_schedule checked the values
+        raise _input(f"--schedule: {exc}") from None
+    source = (f"schedule file {path}, replayed as written (offsets and lengths; {len(read):,} arrivals in the "
+              "file)")
+    return dataclasses.replace(schedule, source=source, notes=(*read.notes, *schedule.notes))
 
 
 def _read_trace(kind: str, path: Path) -> tuple[list[float], list[int], list[int], str]:
@@ -340,6 +400,10 @@ def load_command(
     trace: Annotated[tuple[str, Path] | None, typer.Option(
         "--trace-kind", help="Replay a trace: --trace-kind azure|mooncake|burstgpt FILE (its arrivals and "
         "lengths).", metavar="KIND FILE", show_default=False)] = None,
+    schedule_file: Annotated[Path | None, typer.Option(
+        "--schedule", help="Replay a schedule llmslo wrote (llmslo import azure|mooncake|burstgpt, llmslo trace "
+        "--out; Parquet or JSON lines): its offsets and lengths as written (--duration and --max-requests cut it "
+        "short).", metavar="FILE", show_default=False)] = None,
     arrivals: Annotated[str | None, typer.Option("--arrivals", help="poisson or gamma (default poisson), at "
                                                  "--rate.")] = None,
     rate: Annotated[float | None, typer.Option("--rate", help="Requests per second (synthetic arrivals).")] = None,
@@ -394,8 +458,9 @@ def load_command(
 ) -> None:
     """Drive open-loop load against an OpenAI-compatible endpoint; report TTFT, TPOT, ITL and goodput.
 
-    Arrivals come from a trace (--trace-kind) or a seeded Poisson / gamma process (--rate), shaped by
-    --ramp and --burst; every send happens at its scheduled time whatever the server does (only
+    Arrivals come from a trace (--trace-kind, shaped by --ramp and --burst), a schedule file llmslo wrote
+    (--schedule, replayed as written) or a seeded Poisson / gamma process (--rate, shaped by --ramp and
+    --burst); every send happens at its scheduled time whatever the server does (only
     --max-concurrency holds sends back, and their lateness is reported). Each attempt gives one summary
     row measured on the client clock (rejected, cancelled and failed ones included). A client circuit
     breaker honours Retry-After: arrivals it refuses are recorded rejected / circuit_open, never sent.
@@ -444,7 +509,7 @@ def load_command(
     schedule = _schedule(trace, arrivals=arrivals, rate=rate, burstiness=burstiness,
                          duration_s=_seconds("--duration", duration), max_requests=max_requests,
                          ramp_s=_seconds("--ramp", ramp), bursts=burst or [], prompt=prompt_tokens,
-                         output=output_tokens, seed=seed)
+                         output=output_tokens, seed=seed, schedule_file=schedule_file)
     _check_outputs(db, jsonl, attempts_log)
     chosen, notes = _target_model(target, model, api_key)
     config = dataclasses.replace(config, model=chosen)

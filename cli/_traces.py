@@ -84,7 +84,10 @@ def _print_summary(out: Console, s: TraceSummary, written: Path | None) -> None:
     for note in s.notes:
         out.print(f"[yellow]note:[/yellow] {shown(note)}", highlight=False, soft_wrap=True)
     if written is not None:
-        out.print(f"schedule written to {shown(written)}", highlight=False)
+        from llmslo.analysis.workload import replay_command
+
+        out.print(f"schedule written to {shown(written)}; replay it with `{shown(replay_command(written))}` "
+                  "(URL: your server)", highlight=False, soft_wrap=True)
 
 
 def trace_command(
@@ -99,10 +102,10 @@ def trace_command(
 
     The schedule has one row per request: offset_s (seconds after the first arrival), input_tokens,
     output_tokens, prefix_ids (Mooncake's 512-token block hashes, else null) and, for BurstGPT,
-    source_model. A trace has no latency: it drives load replay and length analysis, it is not a set
-    of request summaries. The summary gives duration, mean rate, requests per bucket of time,
-    burstiness (inter-arrival CV; peak-to-mean of 1 s and 60 s rates), length quantiles and prefix
-    sharing.
+    source_model. A trace has no latency: it drives load replay (llmslo load URL --schedule FILE replays
+    the file --out writes) and length analysis, it is not a set of request summaries. The summary gives
+    duration, mean rate, requests per bucket of time, burstiness (inter-arrival CV; peak-to-mean of 1 s
+    and 60 s rates), length quantiles and prefix sharing.
 
     Example: llmslo trace azure AzureLLMInferenceTrace_conv.csv --out schedule.parquet
     """
@@ -129,6 +132,10 @@ def trace_command(
     if as_json:
         doc = summary.to_dict()
         doc["schedule_written_to"] = str(out) if out is not None else None
+        if out is not None:
+            from llmslo.analysis.workload import replay_command
+
+            doc["replay_command"] = replay_command(out)
         print(json.dumps(doc, indent=2))
     else:
         _print_summary(_console(), summary, out)

@@ -329,13 +329,14 @@ def synthetic_schedule(*, rate_per_s: float, arrivals: str = "poisson", cv: floa
 def trace_schedule(offsets_s: Sequence[float], prompt_tokens: Sequence[int], output_tokens: Sequence[int], *,
                    source: str, profile: RateProfile = RateProfile(), duration_s: float | None = None,
                    max_requests: int | None = None, prompt: LengthSpec | None = None,
-                   output: LengthSpec | None = None, seed: int = 0) -> Schedule:
+                   output: LengthSpec | None = None, seed: int = 0, recorded_by: str = "the trace") -> Schedule:
     """Replay a trace: request ``i`` at ``profile.warp(offsets_s[i])`` seconds of the run.
 
     ``offsets_s`` are seconds after the trace's first arrival (non-decreasing, as ``read_trace`` returns
     them); lengths come from the trace unless ``prompt`` / ``output`` replace them. A recorded length of 0
     (BurstGPT marks failed requests so) is sent as 1 and counted in the notes: a server needs at least one
-    output token to answer. ``duration_s`` and ``max_requests`` cut the replay short.
+    output token to answer; the note names ``recorded_by`` (``the trace``, ``the schedule``). ``duration_s`` and
+    ``max_requests`` cut the replay short.
 
     Raises :class:`SpecError` for a limit that is not positive, ``ValueError`` when the columns differ in
     length or an offset is negative, not finite or out of order.
@@ -365,6 +366,6 @@ def trace_schedule(offsets_s: Sequence[float], prompt_tokens: Sequence[int], out
         if o < 1:
             raised["output"] += 1
         out.append(Arrival(len(out), t, max(1, p), max(1, o)))
-    notes = tuple(f"the trace records {v:,} {k} length(s) of 0 tokens: sent as 1 token"
+    notes = tuple(f"{recorded_by} records {v:,} {k} length(s) of 0 tokens: sent as 1 token"
                   for k, v in raised.items() if v)
     return Schedule(tuple(out), f"{source}, {profile.describe()}", notes)

@@ -16,6 +16,7 @@ from llmslo.analysis.workload import (
     TRACE_NOTE,
     TraceSummary,
     read_trace,
+    replay_command,
     trace_kind_of_line,
 )
 
@@ -45,7 +46,8 @@ def _import_report(kind: str, source: Path, written: Path, summary: TraceSummary
                f"{'-' if summary.interarrival_cv is None else f'{summary.interarrival_cv:.3g}'}")
     conversions = [
         f"{TRACE_NOTE}; the schedule ({', '.join(SCHEDULE_SCHEMA)}"
-        f"{', source_model' if summary.models else ''}) was written to {written}",
+        f"{', source_model' if summary.models else ''}) was written to {written}; replay it with "
+        f"`{replay_command(written)}` (URL: your server)",
         f"arrival times became offset_s, seconds after the first arrival: {figures}",
         *summary.notes,
     ]
@@ -61,7 +63,7 @@ def _import_report(kind: str, source: Path, written: Path, summary: TraceSummary
         source=str(source), kind=kind, tool=_TOOLS[kind], rows_read=summary.requests,
         rows_imported=summary.requests, conversions=tuple(conversions), missing_fields=_NO_LATENCY,
         arrivals_available=True,
-        arrival_note=f"kept as offsets in the schedule for load replay, not in the store{start}",
+        arrival_note=f"kept as offsets in the schedule (replayed by llmslo load --schedule), not in the store{start}",
         run_duration_note=(f"not applicable: a schedule, not request summaries (the trace spans "
                            f"{summary.duration_s:,.1f} s)"),
     )

@@ -40,6 +40,7 @@ import csv
 import difflib
 import json
 import math
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -497,6 +498,23 @@ def trace_kind_of_line(text: str) -> str | None:
     return None
 
 
+def _refuse_parquet(path: Path, kind: str) -> None:
+    """Raise :class:`TraceFormatError` when ``path`` is a Parquet file (an arrival schedule llmslo wrote, most
+    likely): every trace format is text, and its reader would only say the bytes are not UTF-8."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4)
+    except OSError:
+        return  # the reader says what is wrong with the path
+    if head == b"PAR1":
+        what = "a trace" if kind == "auto" else f"an {kind} trace" if kind[:1] in "aeiou" else f"a {kind} trace"
+        source = _display(path)
+        raise TraceFormatError(source, None, None, None,
+                               f"a Parquet file, not {what} (traces are CSV or JSON lines); an arrival "
+                               "schedule that llmslo wrote (llmslo import, llmslo trace --out) is replayed with "
+                               f"`llmslo load URL --schedule {shlex.quote(source)}`")
+
+
 def read_trace(kind: str, path: str | Path, *, bucket_s: float = DEFAULT_BUCKET_S) -> tuple[pl.DataFrame, TraceSummary]:
     """Read a trace of ``kind`` (one of :data:`TRACE_KINDS`, or ``auto``) into a schedule and its summary.
 
@@ -507,6 +525,7 @@ def read_trace(kind: str, path: str | Path, *, bucket_s: float = DEFAULT_BUCKET_
     >>> summary.requests, summary.mean_rate_per_s  # doctest: +SKIP
     """
     path = Path(path)
+    _refuse_parquet(path, kind)
     if kind == "auto":
         detected = detect_trace_kind(path)
         if detected is None:
