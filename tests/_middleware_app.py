@@ -55,6 +55,7 @@ async def _generate(request: Request) -> Response:
     rid = request.headers.get("x-request-id", "none")
     echo = {"x-app-request-id": rid}
     if q.get("raise") == "1":
+        await request.body()  # read first: a socket closed with an unread body resets, and may lose the 500
         raise RuntimeError("the app failed")
     if "status" in q:
         status = int(q["status"])
