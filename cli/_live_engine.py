@@ -32,6 +32,7 @@ from llmslo.ops import (
     LlamaServer,
     Prometheus,
     PrometheusError,
+    RulesNotLoaded,
     locate_engine,
     running_llama_server,
     running_prometheus,
@@ -321,8 +322,12 @@ def run_engine_live(folder: Path, plan: EnginePlan = EnginePlan(), *,
             try:
                 prometheus = stack.enter_context(running_prometheus(
                     folder / "prometheus", [engine.target], job=JOB, rule_files=[rules]))
-                say(f"Prometheus {prometheus.url} scrapes {engine.url}/metrics every second, rules {rules.name}")
+                groups, n = prometheus.rules_loaded
+                say(f"Prometheus {prometheus.url} scrapes {engine.url}/metrics every second, rules {rules.name} "
+                    f"loaded ({groups} groups, {n} rules, as Prometheus reports)")
                 _wait_first_scrape(prometheus)
+            except RulesNotLoaded as exc:  # the rules and dashboards checks would mean nothing
+                raise LiveRunError(f"{rules}: {exc}") from None
             except PrometheusError as exc:
                 run.prometheus_note = f"no Prometheus: {exc}"
                 say(run.prometheus_note)

@@ -1,7 +1,7 @@
 """Running the processes of live runs: real engines (llama.cpp's ``llama-server``), stopped by their process id.
 
 Shared by the demos, the tests and (later) ``llmslo rollout run``; every address is on 127.0.0.1 and every
-wait is bounded. Standard library only.
+wait is bounded. Standard library only (PyYAML, to count the rules of a rule file).
 
 * :func:`running_llama_server` starts llama.cpp's ``llama-server`` on a free port with a GGUF model, waits
   for ``/health``, and stops it by its process id on the way out;
@@ -9,7 +9,8 @@ wait is bounded. Standard library only.
   are (the cache that ``.ci/build-llama-server`` fills, or ``LLMSLO_LLAMA_SERVER`` / ``LLMSLO_MODEL``), and
   :class:`EngineNotFound` how to get them;
 * :func:`running_prometheus` runs Debian's Prometheus scraping given targets with given rule files, and
-  :class:`Prometheus` queries it;
+  yields once it reports every group and rule of them loaded (:class:`RulesNotLoaded`, with both counts, when
+  not: a rule file path it matches nothing for loads nothing, silently); :class:`Prometheus` queries it;
 * :func:`free_port` and :func:`stop_process` are the two process primitives every live run uses.
 """
 
@@ -27,7 +28,13 @@ from llmslo.ops._llamacpp import (
     running_llama_server,
 )
 from llmslo.ops._process import free_port, stop_process
-from llmslo.ops._prometheus import Prometheus, PrometheusError, running_prometheus
+from llmslo.ops._prometheus import (
+    Prometheus,
+    PrometheusError,
+    RulesNotLoaded,
+    rule_file_counts,
+    running_prometheus,
+)
 
 __all__ = [
     "EngineNotFound",
@@ -36,11 +43,13 @@ __all__ = [
     "MODEL_FILE",
     "Prometheus",
     "PrometheusError",
+    "RulesNotLoaded",
     "engine_cache",
     "find_llama_server",
     "find_model",
     "free_port",
     "locate_engine",
+    "rule_file_counts",
     "running_llama_server",
     "running_prometheus",
     "stop_process",
