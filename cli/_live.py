@@ -9,7 +9,8 @@ Prometheus's alerts every second and, once the processes have exited, reads back
 recorded: the request counts by finish reason, the TTFT bucket counts and the ``request_id`` exemplars, as of
 its last scrape.
 Everything the run wrote stays in one folder: the server's and the clients' stores, the attempts logs, the
-drain record, the rules, Prometheus's configuration and log.
+drain record, the rules, Prometheus's configuration and log, and ``run.json`` (what the run saw,
+:meth:`LiveRun.to_dict`; :meth:`LiveRun.from_dict` reads it back).
 
 Each process is started by this module and stopped by its process id, every wait is bounded, and every
 address is on 127.0.0.1.
@@ -38,7 +39,7 @@ from llmslo.cli._processes import (
     terminate,
     wait_exits,
 )
-from llmslo.ops import Prometheus, PrometheusError, running_prometheus
+from llmslo.ops import Prometheus, PrometheusError, RulesNotLoaded, running_prometheus
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -142,13 +143,34 @@ class LiveRun:
     prometheus: PrometheusFacts | None = None
     prometheus_note: str | None = None
 
+    @property
+    def record(self) -> Path:
+        """``run.json`` in the run's folder: :meth:`to_dict`, written at the end of the run."""
+        return self.folder / "run.json"
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        for key in ("folder", "server_db", "client_db", "attempts_log", "drain_record", "long_client_db",
-                    "long_attempts_log"):
+        for key in _PATHS:
             data[key] = str(data[key])
         data["plan"] = {**asdict(self.plan), "sigterm_at_s": self.plan.sigterm_at_s}
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], relative_to: Path | None = None) -> LiveRun:
+        """The run :meth:`to_dict` gave (``run.json``); relative paths are taken from ``relative_to``, the
+        working directory of the run (default: this one)."""
+        base = relative_to if relative_to is not None else Path()
+        plan: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data["plan"].items()
+                                if k != "sigterm_at_s"}
+        facts = data.get("prometheus")
+        return cls(**{
+            **data, **{key: base / str(data[key]) for key in _PATHS}, "plan": LivePlan(**plan),
+            "burst_unix_s": tuple(data["burst_unix_s"]), "alerts": [AlertSpan(**a) for a in data["alerts"]],
+            "prometheus": PrometheusFacts(**facts) if facts is not None else None})
+
+
+_PATHS = ("folder", "server_db", "client_db", "attempts_log", "drain_record", "long_client_db", "long_attempts_log")
+"""The fields of :class:`LiveRun` that are paths."""
 
 
 class _AlertWatch:
@@ -240,7 +262,7 @@ def run_live(folder: Path, plan: LivePlan = LivePlan(), *, prometheus_required: 
                   attempts_log=folder / "attempts.jsonl", drain_record=folder / "drain-record.json",
                   long_client_db=folder / "long-client.duckdb", long_attempts_log=folder / f"{LONG}-attempts.jsonl")
     stale = [p for p in (run.server_db, run.client_db, run.attempts_log, run.drain_record, run.long_client_db,
-                         run.long_attempts_log) if p.exists()]
+                         run.long_attempts_log, run.record) if p.exists()]
     if stale:
         raise LiveRunError(f"{folder} already holds a run ({stale[0].name}): choose an empty folder")
     rules = _write_rules(folder)
@@ -256,8 +278,11 @@ def run_live(folder: Path, plan: LivePlan = LivePlan(), *, prometheus_required: 
             try:
                 prometheus = stack.enter_context(running_prometheus(
                     folder / "prometheus", [f"127.0.0.1:{port}"], job=JOB, rule_files=[rules]))
-                say(f"Prometheus {prometheus.url} scrapes {url}/metrics every second, rules {rules.name} loaded")
+                say(f"Prometheus {prometheus.url} scrapes {url}/metrics every second, rules {rules.name} loaded "
+                    f"({_loaded(prometheus)})")
                 _wait_first_scrape(prometheus)
+            except RulesNotLoaded as exc:  # no alert could fire: never a run to show
+                raise LiveRunError(f"{rules}: {exc}") from None
             except PrometheusError as exc:
                 if prometheus_required:
                     raise LiveRunError(str(exc)) from None
@@ -266,7 +291,14 @@ def run_live(folder: Path, plan: LivePlan = LivePlan(), *, prometheus_required: 
             _drive(run, server, url, prometheus, say)
             if prometheus is not None:
                 run.prometheus = _facts(prometheus, run.started_unix_s)
+    run.record.write_text(json.dumps(run.to_dict(), indent=2, default=str) + "\n")
     return run
+
+
+def _loaded(prometheus: Prometheus) -> str:
+    """What Prometheus reported loaded from its rule files: ``2 groups, 14 rules``."""
+    groups, rules = prometheus.rules_loaded
+    return f"{groups} group{'' if groups == 1 else 's'}, {rules} rule{'' if rules == 1 else 's'}, as Prometheus reports"
 
 
 def _wait_first_scrape(prometheus: Prometheus, timeout_s: float = 15.0) -> None:
@@ -388,7 +420,8 @@ def print_live(run: LiveRun, out: Console) -> None:
                         f"{drain.get('in_flight_at_start')} in flight when it began, closed by reason: {cut}; "
                         f"terminated {drain.get('terminated')}"), highlight=False)
     out.print(shown(f"files: {run.folder} (server.duckdb, client.duckdb, attempts.jsonl, long-client.duckdb, "
-                    f"{run.long_attempts_log.name}, drain-record.json, live-rules.yml, prometheus/)"), highlight=False)
+                    f"{run.long_attempts_log.name}, drain-record.json, live-rules.yml, prometheus/, run.json)"),
+              highlight=False)
     out.print(shown(f"explore: llmslo report --db {run.server_db} --window 10s   |   "
                     f"llmslo report --db {run.client_db} --window 10s   |   llmslo app --db {run.server_db}"),
               highlight=False, soft_wrap=True)

@@ -1,26 +1,32 @@
-"""The live system end to end: ``llmslo serve`` under ``llmslo load``, scraped by a real Prometheus.
+"""The live system end to end: ``llmslo demo --live`` run as a person runs it, scraped by a real Prometheus.
 
-One run (:func:`llmslo.cli._live.run_live`, the run behind ``llmslo demo --live``): a calm phase, an
+One run: the installed ``llmslo demo --live --out run`` in a fresh working directory (a relative folder,
+as the README has it: a relative path handed on to Prometheus once loaded no rule, so no alert fired),
+behind which :func:`llmslo.cli._live.run_live` runs ``llmslo serve`` under ``llmslo load``: a calm phase, an
 overload burst, calm again, one long reply asked for, then SIGTERM to the server while the load still runs
-(the long reply outlives the drain budget, so the drain cuts it). Prometheus (Debian's
-package) scrapes the server every second with the rules ``llmslo rules generate`` makes from
-``examples/live-slo.yaml``. Every test below reads that one run's files and what Prometheus recorded, and
-checks that the client, the server and Prometheus tell the same story. Loopback only; every process is
-stopped by its pid; the run is bounded (about 70 s here).
+(the long reply outlives the drain budget, so the drain cuts it). Prometheus (Debian's package) scrapes the
+server every second with the rules ``llmslo rules generate`` makes from ``examples/live-slo.yaml``. Every
+test below reads that one run's files (what the run saw: ``run/run.json``), what Prometheus recorded, and
+what the command printed, and checks that the client, the server and Prometheus tell the same story.
+Loopback only; every process is stopped by its pid; the run is bounded (about 80 s here).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pytest
 
-from llmslo.cli._live import LiveRun, print_live, run_live
+from llmslo.cli._live import LiveRun
 from llmslo.tests._tools import require_tool
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -29,10 +35,33 @@ BURN_OR_SATURATION = ("LiveGoodputBudgetBurn20s5s", "LiveTtftBudgetBurn20s5s", "
 """The alerts the burst must fire (any of them): the fast burn of either objective, or queue saturation."""
 
 
+@dataclass(frozen=True)
+class Demo:
+    """What ``llmslo demo --live --out run`` printed, and the run it describes."""
+
+    run: LiveRun
+    stdout: str
+    stderr: str
+
+
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> LiveRun:
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     require_tool("prometheus", "Debian package `prometheus`")
-    return run_live(tmp_path_factory.mktemp("live"))
+    exe = Path(sys.executable).parent / "llmslo"
+    if not exe.is_file():
+        pytest.skip(f"the installed llmslo command is not at {exe}")
+    cwd = tmp_path_factory.mktemp("live")
+    done = subprocess.run([str(exe), "demo", "--live", "--out", "run"], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = LiveRun.from_dict(json.loads((cwd / "run" / "run.json").read_text()), relative_to=cwd)
+    assert run.folder == cwd / "run"
+    return Demo(run, done.stdout, done.stderr)
+
+
+@pytest.fixture(scope="module")
+def live(demo: Demo) -> LiveRun:
+    return demo.run
 
 
 def _rows(db: Path) -> dict[str, dict[str, Any]]:
@@ -193,18 +222,47 @@ def test_the_drain_ended_by_its_rule_and_cut_streams_ended_server_draining(
     assert after and all(r["finish_reason"] == "rejected" and r["reject_reason"] == "draining" for r in after)
 
 
-def test_the_printed_run_shows_each_finish_reason_as_the_three_views_counted_it(
-        live: LiveRun, server: dict[str, dict[str, Any]], client: dict[str, dict[str, Any]]) -> None:
-    from rich.console import Console
+def _table(text: str, title: str) -> dict[str, list[str]]:
+    """The rows of the table titled ``title`` in a command's output, by their first cell."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith(title))
+    rows: dict[str, list[str]] = {}
+    for line in lines[start + 1:]:
+        if not line.strip() or line[0] not in "┏┃┡│└":
+            break
+        cells = [c.strip() for c in line.strip().strip("│").split("│")]
+        if line.startswith("│") and cells[0]:
+            rows[cells[0]] = cells[1:]
+    return rows
 
-    console = Console(record=True, width=200, color_system=None)
-    print_live(live, console)
-    text = console.export_text()
+
+def test_the_demo_says_how_many_rules_prometheus_loaded(demo: Demo) -> None:
+    from llmslo.ops import rule_file_counts
+
+    said = [line for line in demo.stdout.splitlines() if "rules live-rules.yml loaded" in line]
+    assert said, demo.stdout[:3000]
+    groups, rules = rule_file_counts([demo.run.folder / "live-rules.yml"])
+    assert groups > 0 and rules > 0
+    assert f"loaded ({groups} groups, {rules} rules, as Prometheus reports)" in said[0], said
+
+
+def test_the_alert_table_a_person_sees_shows_the_burst_alert(demo: Demo) -> None:
+    """``llmslo demo --live``, run as the README says, printed an empty alert table (issue: relative rule
+    file paths loaded no rule): the printed table names an alert of the burst, with when it fired."""
+    alerts = _table(demo.stdout, "Alerts (seconds from the first arrival)")
+    assert alerts, f"no alert fired; the demo printed:\n{demo.stdout[:4000]}"
+    fired = [name for name in alerts if name in BURN_OR_SATURATION]
+    assert fired, alerts
+    assert all(alerts[name][1] != "-" for name in fired), alerts
+
+
+def test_the_printed_run_shows_each_finish_reason_as_the_three_views_counted_it(
+        demo: Demo, server: dict[str, dict[str, Any]], client: dict[str, dict[str, Any]]) -> None:
+    live, text = demo.run, demo.stdout
     prom = live.prometheus.requests_by_finish_reason if live.prometheus is not None else {}
     by_server, by_client = Counter(r["finish_reason"] for r in server.values()), \
         Counter(r["finish_reason"] for r in client.values())
-    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:5]]
-            for line in text.splitlines() if line.count("│") >= 5}
+    rows = _table(text, "The same requests, three views")
     for reason in set(by_server) | set(by_client):
         assert rows[reason] == [f"{by_client[reason]:,}", f"{by_server[reason]:,}",
                                 f"{prom[reason]:,}" if reason in prom else "-"], (reason, text)
