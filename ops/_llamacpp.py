@@ -70,8 +70,9 @@ def find_model() -> Path | None:
 
 
 def locate_engine(binary: Path | None = None, model: Path | None = None) -> tuple[Path, Path]:
-    """The ``llama-server`` binary and the GGUF model to run (those given, else found):
-    :class:`EngineNotFound`, saying how to get them, when either is missing."""
+    """The ``llama-server`` binary and the GGUF model to run (those given, else found), as absolute paths:
+    the files checked here are the ones run, whatever the engine's working directory (a bare relative name
+    would be looked up on ``PATH``). :class:`EngineNotFound`, saying how to get them, when either is missing."""
     binary = binary or find_llama_server()
     if binary is None or not binary.is_file():
         raise EngineNotFound(f"llama-server is not on this machine{f' ({binary} is no file)' if binary else ''}: "
@@ -80,7 +81,7 @@ def locate_engine(binary: Path | None = None, model: Path | None = None) -> tupl
     if model is None or not model.is_file():
         raise EngineNotFound(f"the model {model or MODEL_FILE} is not on this machine: {_HOW}, "
                              "or set LLMSLO_MODEL to a GGUF file")
-    return binary, model
+    return binary.absolute(), model.absolute()
 
 
 @dataclass(frozen=True)

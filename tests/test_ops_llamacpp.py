@@ -1,0 +1,37 @@
+"""Starting llama.cpp's ``llama-server`` (llmslo.ops): the binary and the model are handed over as absolute
+paths, so what was found is what runs, from any working directory. A stand-in script plays the engine."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from llmslo.ops import locate_engine, running_llama_server
+from llmslo.telemetry import LlmsloError
+
+FAKE = """#!/bin/sh
+printf '%s\\n' "$0" "$@" > argv.txt
+exit 3
+"""
+
+
+def test_a_binary_and_model_named_relative_to_the_working_directory_are_the_ones_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``LLMSLO_LLAMA_SERVER=llama-server`` names the file here (that is what was checked): run as a bare name
+    it would have been looked up on PATH instead, a different binary or none."""
+    monkeypatch.chdir(tmp_path)
+    Path("llama-server").write_text(FAKE)
+    os.chmod("llama-server", 0o755)
+    Path("model.gguf").write_bytes(b"GGUF")
+    monkeypatch.setenv("LLMSLO_LLAMA_SERVER", "llama-server")
+    monkeypatch.setenv("LLMSLO_MODEL", "model.gguf")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no llama-server on it
+    assert locate_engine() == (tmp_path / "llama-server", tmp_path / "model.gguf")
+    with pytest.raises(LlmsloError, match="exited with status 3"), running_llama_server(Path("run"), parallel=1,
+                                                                                        health_timeout_s=20):
+        pass
+    argv = Path("argv.txt").read_text().splitlines()
+    assert argv[0] == str(tmp_path / "llama-server")
+    assert argv[argv.index("--model") + 1] == str(tmp_path / "model.gguf")
