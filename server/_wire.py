@@ -1,10 +1,12 @@
 """The OpenAI-compatible wire format: request bodies in, JSON bodies and server-sent events out.
 
-Requests (unknown fields are ignored): ``POST /v1/completions`` with ``model``, ``prompt`` (a string),
-``max_tokens`` (default 16), ``stream``, ``stream_options.include_usage``, ``ignore_eos``; ``POST
-/v1/chat/completions`` with ``messages`` (each ``content`` a string, a list of ``{"type": "text", "text":
-...}`` parts, or null) and ``max_completion_tokens`` or ``max_tokens``. The simulated tokenizer counts the
-whitespace-separated words of the prompt (chat: of every message's text).
+Requests (unknown fields are ignored): ``POST /v1/completions`` with ``model``, ``prompt`` (a string, a list
+of token ids, or a list holding one of those), ``max_tokens`` (default 16), ``stream``,
+``stream_options.include_usage``, ``ignore_eos``; ``POST /v1/chat/completions`` with ``messages`` (each
+``content`` a string, a list of ``{"type": "text", "text": ...}`` parts, or null) and
+``max_completion_tokens`` or ``max_tokens``. The simulated tokenizer counts the whitespace-separated words of
+the prompt (chat: of every message's text); a prompt of token ids counts one token per id. A batch (a list of
+several prompts) is refused: one request here is one prompt, with one summary, one TTFT and one finish reason.
 
 A malformed body is a :class:`WireError` naming the field (400); a model the server does not serve, 404
 ``model_not_found``.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from llmslo.telemetry import LlmsloError
 
@@ -116,6 +119,45 @@ def _chat_words(messages: object) -> int:
     return words
 
 
+def _is_id(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _token_ids(ids: list[object], path: str) -> int:
+    """The tokens of a prompt given as token ids (integers >= 0): one per id."""
+    for j, value in enumerate(ids):
+        if not _is_id(value) or value < 0:
+            raise WireError(f"{path}[{j}]: must be a token id (an integer >= 0), got {_short(value)}",
+                            param=f"{path}[{j}]")
+    return len(ids)
+
+
+def _one_prompt(value: object, path: str) -> int:
+    if isinstance(value, str):
+        return len(value.split())
+    if isinstance(value, list):
+        return _token_ids(value, path)
+    raise WireError(f"{path}: must be a string or a list of token ids, got {_kind(value)}", param=path)
+
+
+def _prompt_tokens(prompt: object) -> int:
+    """The tokens of a completions ``prompt``: a string (its words), a list of token ids (one per id), or a
+    list holding one of those. A list of several prompts (OpenAI's batch) is refused, naming how many."""
+    if isinstance(prompt, str):
+        return len(prompt.split())
+    if not isinstance(prompt, list) or not prompt:
+        got = "an empty list" if isinstance(prompt, list) else _kind(prompt)
+        raise WireError(f"prompt: must be a string, a list of token ids, or a list of one of those, got {got}",
+                        param="prompt")
+    if _is_id(prompt[0]):
+        return _token_ids(prompt, "prompt")
+    counts = [_one_prompt(value, f"prompt[{j}]") for j, value in enumerate(prompt)]
+    if len(counts) > 1:
+        raise WireError(f"prompt: a batch of {len(counts)} prompts is not served here: send one request per prompt "
+                        "(each gets its own summary, TTFT and finish reason)", param="prompt")
+    return counts[0]
+
+
 def parse_request(kind: str, raw: bytes, served_model: str) -> GenerationRequest:
     """Validate a request body of endpoint ``kind`` (``completions`` or ``chat``) for ``served_model``.
 
@@ -138,10 +180,7 @@ def parse_request(kind: str, raw: bytes, served_model: str) -> GenerationRequest
         prompt_tokens = _chat_words(body.get("messages"))
         max_tokens = _max_tokens(body, ("max_completion_tokens", "max_tokens"))
     else:
-        prompt = body.get("prompt")
-        if not isinstance(prompt, str):
-            raise WireError(f"prompt: must be a string, got {_kind(prompt)}", param="prompt")
-        prompt_tokens = len(prompt.split())
+        prompt_tokens = _prompt_tokens(body.get("prompt"))
         max_tokens = _max_tokens(body, ("max_tokens",))
     stream = _optional_bool(body, "stream")
     options = body.get("stream_options")

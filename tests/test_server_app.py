@@ -127,7 +127,13 @@ def test_a_model_the_server_does_not_serve_is_404_model_not_found() -> None:
     ("/v1/completions", b"{not json", "body"),
     ("/v1/completions", b"[1, 2]", "body"),
     ("/v1/completions", json.dumps({"prompt": "x"}).encode(), "model"),
-    ("/v1/completions", json.dumps(completion(prompt=["a"])).encode(), "prompt"),
+    ("/v1/completions", json.dumps(completion(prompt={"text": "a"})).encode(), "prompt"),
+    ("/v1/completions", json.dumps(completion(prompt=[])).encode(), "prompt"),
+    ("/v1/completions", json.dumps(completion(prompt=["a", "b"])).encode(), "prompt"),
+    ("/v1/completions", json.dumps(completion(prompt=[1, -2])).encode(), "prompt[1]"),
+    ("/v1/completions", json.dumps(completion(prompt=[1, "a"])).encode(), "prompt[1]"),
+    ("/v1/completions", json.dumps(completion(prompt=[[1, 2.5]])).encode(), "prompt[0][1]"),
+    ("/v1/completions", json.dumps(completion(prompt=[True])).encode(), "prompt[0]"),
     ("/v1/completions", json.dumps(completion(max_tokens=0)).encode(), "max_tokens"),
     ("/v1/completions", json.dumps(completion(max_tokens="5")).encode(), "max_tokens"),
     ("/v1/completions", json.dumps(completion(stream="yes")).encode(), "stream"),
@@ -146,6 +152,33 @@ def test_a_malformed_body_is_400_naming_the_field(path: str, body: bytes, field:
     assert error["message"].startswith(f"{field}:") and error["type"] == "invalid_request_error"
     assert error["code"] == 400
     assert rows[0]["finish_reason"] == "error" and rows[0]["generated_tokens"] == 0
+
+
+@pytest.mark.parametrize(("prompt", "tokens"), [
+    ("three words here", 3),
+    (["three words here"], 3),
+    ([101, 7, 0, 99999], 4),
+    ([[101, 7]], 2),
+    ([""], 0),
+])
+def test_a_prompt_is_a_string_token_ids_or_a_list_of_one_of_those(prompt: Any, tokens: int) -> None:
+    """What OpenAI's /v1/completions takes as one prompt; a prompt of token ids counts one token per id."""
+    app, rows = make_app()
+    r = run(app, lambda c: c.post("/v1/completions", json=completion(prompt=prompt, max_tokens=2, ignore_eos=True)))
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"] == {"prompt_tokens": tokens, "completion_tokens": 2, "total_tokens": tokens + 2}
+    assert rows[0]["prompt_tokens"] == tokens and rows[0]["finish_reason"] == "length"
+
+
+def test_a_batch_of_prompts_is_refused_saying_to_send_one_request_each() -> None:
+    app, rows = make_app()
+    r = run(app, lambda c: c.post("/v1/completions", json=completion(prompt=["a b", [1, 2], "c"])))
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["message"] == ("prompt: a batch of 3 prompts is not served here: send one request per prompt "
+                                "(each gets its own summary, TTFT and finish reason)")
+    assert error["param"] == "prompt" and error["type"] == "invalid_request_error"
+    assert rows[0]["finish_reason"] == "error"
 
 
 def test_the_request_id_is_taken_when_valid_echoed_everywhere_and_replaced_when_not() -> None:

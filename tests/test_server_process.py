@@ -268,3 +268,20 @@ def test_summaries_reach_the_duckdb_store_given_with_db(serve: Any, tmp_path: Pa
     finally:
         con.close()
     assert ids == [f"d{i}" for i in range(5)]
+
+
+def test_openai_prompt_shapes_over_a_real_socket(serve: Any, tmp_path: Path) -> None:
+    """``prompt`` as OpenAI's /v1/completions takes it: a list of one string, token ids, a list of one list of
+    token ids; a batch of several is a 400 that says to send one request each."""
+    served = serve("--speed", "50", "--jsonl", str(tmp_path / "j"), "--drain-settle", "0")
+    for rid, prompt, tokens in (("one", ["a b c"], 3), ("ids", [15496, 995, 0], 3), ("nested", [[1, 2, 3, 4, 5]], 5)):
+        status, _, text = served.post({"model": MODEL, "prompt": prompt, "max_tokens": 2, "ignore_eos": True}, rid)
+        assert status == 200, text
+        assert json.loads(text)["usage"]["prompt_tokens"] == tokens
+    status, _, text = served.post({"model": MODEL, "prompt": ["a", "b"], "max_tokens": 2}, "batch")
+    assert status == 400 and json.loads(text)["error"]["message"].startswith(
+        "prompt: a batch of 2 prompts is not served here: send one request per prompt")
+    assert served.terminate() == 0
+    rows = summaries(tmp_path / "j")
+    assert {rid: rows[rid]["prompt_tokens"] for rid in ("one", "ids", "nested")} == {"one": 3, "ids": 3, "nested": 5}
+    assert rows["batch"]["finish_reason"] == "error"
