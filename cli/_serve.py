@@ -76,6 +76,11 @@ def _announce(line: str) -> None:
     print(line, flush=True)
 
 
+def _progress(line: str) -> None:
+    """A step of the drain or the exit, on standard error (the ready line alone is on standard output)."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def serve_command(
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="TCP port; 0 picks a free one (printed when ready).")] = 8000,
@@ -194,7 +199,8 @@ def serve_command(
     budget; its step times are fitted to measured A100/H100 runs. Every request gets one summary row
     (--db or --jsonl). Prints 'serving MODEL on http://HOST:PORT' when ready. On SIGTERM: /ready goes
     503, new requests get 503 draining, in-flight requests finish or are closed by the drain, the
-    summaries are flushed, and the process exits 0. See docs/server.md.
+    summaries are flushed, and the process exits 0, printing one line per step on standard error (the
+    settle, the requests drained, the streams closed, the exit). See docs/server.md.
     """
     if db is not None and jsonl is not None:
         raise _fail("--db and --jsonl: choose one place for the summaries", EXIT_USAGE)
@@ -232,7 +238,7 @@ def serve_command(
         raise _fail(str(exc), EXIT_USAGE) from None
     writer = _writer(db, jsonl)
     try:
-        result = run_server(config, writer=writer, on_ready=_announce)
+        result = run_server(config, writer=writer, on_ready=_announce, say=_progress)
     except OSError as exc:
         raise _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", EXIT_INPUT) from None
     dropped = sum(result.summaries_dropped.values())

@@ -280,6 +280,12 @@ class DrainController:
         """Readiness: True while serving, False from :meth:`begin` on (until returned to the pool)."""
         return self._phase == "serving"
 
+    @property
+    def in_flight_at_start(self) -> int:
+        """Requests in flight when the current drain's wait began, after the settle time (0 before; the last
+        drain's once it ended): what a server prints as it starts waiting, the record's figure later."""
+        return self._tally.in_flight_at_start
+
     def allow(self, tracker: RequestTracker | None = None) -> Decision:
         """Admit while serving; refuse ``draining`` (HTTP 503) from :meth:`begin` on, rejecting ``tracker``
         (``draining``) when one is given."""

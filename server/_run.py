@@ -10,6 +10,7 @@ On SIGTERM (or SIGINT) the drain runs in the one safe order: readiness false (``
 the budget ``terminate`` or ``return_to_pool``), then, unless the instance returned to the pool, uvicorn stops,
 the engine stops, the summary sink is flushed and closed, the drain record is written and the process exits
 0. A second signal during a drain ends every request still in flight (``server_draining``) at once.
+Each step is said in one line (``run_server(..., say=...)``; ``llmslo serve`` prints them on standard error).
 uvicorn is imported here, on first use (the ``serve`` extra).
 """
 
@@ -107,56 +108,127 @@ def make_telemetry(config: ServerConfig, writer: SummaryWriter | None) -> tuple[
 
 
 def run_server(config: ServerConfig, *, writer: SummaryWriter | None = None,
-               on_ready: Callable[[str], None] = print) -> RunResult:
+               on_ready: Callable[[str], None] = print, say: Callable[[str], None] | None = None) -> RunResult:
     """Serve ``config`` until a signal has drained it (see the module docstring); the result.
 
     ``writer`` receives the request summaries (``JsonlWriter``, ``DuckDBSummaryWriter``; ignored without
     telemetry); ``on_ready`` is called once with ``serving MODEL on http://HOST:PORT`` when the server
-    accepts connections. Raises ``OSError`` when the socket cannot be bound (nothing else started then).
+    accepts connections; ``say`` (when given) with one line per step of a drain and one at the exit (see
+    :class:`_Run`), so a person watching knows the server has not hung. Raises ``OSError`` when the socket
+    cannot be bound (nothing else started then).
     """
     sock = listening_socket(config.host, config.port, config.send_buffer)
     try:
-        return asyncio.run(_serve(config, sock, writer, on_ready))
+        return asyncio.run(_serve(config, sock, writer, on_ready, say or _silent))
     finally:
         sock.close()
 
 
-class _Run:
-    """The state of one run: the app, uvicorn, the signals seen, the drain task."""
+def _silent(_: str) -> None:
+    pass
 
-    def __init__(self, config: ServerConfig, app: ServerApp, server: uvicorn.Server, result: RunResult) -> None:
+
+def _duration(seconds: float | None) -> str:
+    """``5s``, ``500ms``, ``2m``, ``off``: as the flags are written."""
+    if seconds is None:
+        return "off"
+    if seconds and seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    return f"{seconds / 60:g}m" if seconds >= 60 and seconds % 60 == 0 else f"{seconds:g}s"
+
+
+def _requests(n: int) -> str:
+    return f"{n} request{'' if n == 1 else 's'}"
+
+
+class _Run:
+    """The state of one run: the app, uvicorn, the signals seen, the drain task.
+
+    ``say`` gets one line per step of a drain, for the person at the terminal: the signal and the settle
+    time; once settled, the requests in flight the drain waits for; how the drain ended (the streams it
+    closed, by reason, and those that finished on their own); then, from :func:`_serve`, the exit.
+    """
+
+    def __init__(self, config: ServerConfig, app: ServerApp, server: uvicorn.Server, result: RunResult,
+                 say: Callable[[str], None] = _silent) -> None:
         self.config = config
         self.app = app
         self.server = server
         self.result = result
+        self.say = say
         self.signals = 0
         self.drain_task: asyncio.Task[None] | None = None
         self.stop_task: asyncio.Task[None] | None = None
 
-    def on_signal(self) -> None:
+    def on_signal(self, sig: int | None = None) -> None:
         self.signals += 1
+        name = signal.Signals(sig).name if sig is not None else "signal"
         loop = asyncio.get_running_loop()
         if self.signals == 1:
+            self.begin_drain(name)
             self.drain_task = loop.create_task(self.drain_then_stop())
         elif self.signals == 2:
+            in_flight = len(self.app.telemetry.in_flight()) if self.app.telemetry is not None else 0
+            self.say(f"{name} again: ending the {_requests(in_flight)} in flight now (server_draining), then exit")
             self.stop_task = loop.create_task(self.stop_now())
 
+    def begin_drain(self, name: str) -> None:
+        """Readiness false and new requests refused, at the signal (the wait runs in :meth:`drain_then_stop`)."""
+        drain, cfg = self.app.drain, self.config
+        if drain is None:
+            self.say(f"{name}: stopping now (--no-telemetry: no drain)")
+            return
+        drain.begin(from_version=cfg.version, to_version=cfg.next_version or "")
+        self.say(f"{name}: draining: /ready is 503 and new requests get 503 draining; settle "
+                 f"{_duration(cfg.drain_settle_s)} (a second {name} ends every request at once)")
+
     async def drain_then_stop(self) -> None:
-        app, drain = self.app, self.app.drain
+        app, drain, cfg = self.app, self.app.drain, self.config
         if drain is None:  # the no-telemetry mode has no drain controller
             self.server.should_exit = True
             return
-        drain.begin(from_version=self.config.version, to_version=self.config.next_version or "")
-        record = await drain.run()
+        drain.begin(from_version=cfg.version, to_version=cfg.next_version or "")  # no-op when begun at the signal
+        waiting = False
+        while (record := drain.poll()) is None:
+            if not waiting and drain.phase == "waiting":
+                waiting = True
+                self._say_waiting(drain.in_flight_at_start)
+            await asyncio.sleep(drain.next_poll_s())
+        if not waiting:
+            self._say_waiting(record.in_flight_at_start)
         self.result.drains.append(record)
+        self._say_ended(record)
         if record.decision == "return_to_pool":
-            log.warning("drain budget spent with %d requests in flight: back in the pool, still serving",
-                        record.remaining)
             self.signals = 0  # the next signal drains again
             return
         await app.wait_idle(HANDLERS_FINISH_S)
-        await asyncio.sleep(self.config.exit_linger_s)  # a last scrape sees the final counts
+        if cfg.exit_linger_s:
+            self.say(f"answering for {_duration(cfg.exit_linger_s)} more (--exit-linger), then exit")
+        await asyncio.sleep(cfg.exit_linger_s)  # a last scrape sees the final counts
         self.server.should_exit = True
+
+    def _say_waiting(self, in_flight: int) -> None:
+        cfg = self.config
+        closing = [f"streams idle for {_duration(cfg.drain_idle_s)}"] if cfg.drain_idle_s is not None else []
+        if cfg.drain_max_inflight_s is not None:
+            closing.append(f"requests in flight for {_duration(cfg.drain_max_inflight_s)}")
+        self.say(f"settled: draining {_requests(in_flight)} in flight (budget {_duration(cfg.drain_budget_s)}, "
+                 f"then {cfg.on_budget}; " + (f"closing {' or '.join(closing)})" if closing else "closing none early)"))
+
+    def _say_ended(self, record: DrainRecord) -> None:
+        by_reason = ", ".join(f"{reason} {n}" for reason, n in record.closed_by_reason.items() if n)
+        closed = f"closed {record.terminated}" + (f" ({by_reason})" if by_reason else "")
+        ended = sum(record.ended_by_reason.values())
+        own = f"{ended} finished on {'its' if ended == 1 else 'their'} own"
+        if record.decision == "return_to_pool":
+            if self.say is _silent:
+                log.warning("drain budget spent with %d requests in flight: back in the pool, still serving",
+                            record.remaining)
+            self.say(f"drain budget spent after {record.actual_drain_s:.2f}s: {closed}, {own}; "
+                     f"{_requests(record.remaining)} still in flight: back in the pool, serving "
+                     "(the next signal drains again)")
+            return
+        self.say(f"drain ended ({record.decision}) after {record.actual_drain_s:.2f}s: {closed}, {own}")
 
     async def stop_now(self) -> None:
         if self.drain_task is not None:
@@ -167,7 +239,7 @@ class _Run:
 
 
 async def _serve(config: ServerConfig, sock: socket.socket, writer: SummaryWriter | None,
-                 on_ready: Callable[[str], None]) -> RunResult:
+                 on_ready: Callable[[str], None], say: Callable[[str], None] = _silent) -> RunResult:
     import uvicorn
 
     tel, sink = make_telemetry(config, writer) if config.telemetry else (None, None)
@@ -176,10 +248,10 @@ async def _serve(config: ServerConfig, sock: socket.socket, writer: SummaryWrite
                         http=_protocol(config.send_buffer), timeout_graceful_shutdown=int(HANDLERS_FINISH_S))
     server = _server_class()(uv)
     result = RunResult()
-    run = _Run(config, app, server, result)
+    run = _Run(config, app, server, result, say)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, run.on_signal)
+        loop.add_signal_handler(sig, run.on_signal, sig)
     try:
         app.start()
         serving = loop.create_task(server.serve(sockets=[sock]))
@@ -200,6 +272,13 @@ async def _serve(config: ServerConfig, sock: socket.socket, writer: SummaryWrite
             result.summaries_dropped = dict(sink.dropped)
         if config.drain_record is not None and result.drains:
             write_drain_record(config, result.drains[-1])
+    written = result.summaries_written
+    said = [f"{written} summar{'y' if written == 1 else 'ies'} written"] if sink is not None else []
+    if dropped := sum(result.summaries_dropped.values()):
+        said.append(f"{dropped} dropped")
+    if config.drain_record is not None and result.drains:
+        said.append(f"drain record {config.drain_record}")
+    say(f"exit {result.exit_code}" + (f": {', '.join(said)}" if said else ""))
     return result
 
 

@@ -123,6 +123,17 @@ def test_nothing_in_flight_ends_the_drain_right_after_the_settle_time() -> None:
     assert s.drain.poll() is rec  # a finished drain keeps answering its record
 
 
+def test_the_requests_in_flight_when_the_wait_begins_are_known_while_it_waits() -> None:
+    """What a server prints once the settle time is over ('draining 2 requests'), before the record exists."""
+    s = Setup(unregister_settle_s=5.0, idle_threshold_s=None, max_inflight_s=None)
+    a, _ = s.start("a"), s.start("b")
+    s.drain.begin()
+    assert s.tick(1.0) is None and s.drain.in_flight_at_start == 0  # settling: nothing counted yet
+    assert s.tick(4.0) is None and s.drain.phase == "waiting" and s.drain.in_flight_at_start == 2
+    a.finish("stop")
+    assert s.tick(1.0) is None and s.drain.in_flight_at_start == 2
+
+
 # ---- closing streams -------------------------------------------------------------------------------------
 
 

@@ -198,6 +198,8 @@ def test_the_server_pages_session_streams_what_the_page_shows(tmp_path: Path) ->
     assert shown and shown[-1] == "[DONE]"
     proc = subprocess.Popen([str(exe), "serve", *options], cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env={**os.environ, "NO_COLOR": "1"})
+    later: list[str] = []  # what it prints after the ready line
+    reader: threading.Thread | None = None
     try:
         assert proc.stdout is not None
         port = 0
@@ -207,7 +209,8 @@ def test_the_server_pages_session_streams_what_the_page_shows(tmp_path: Path) ->
                 port = int(found.group(1))
                 break
         assert port, "llmslo serve did not say where it listens"
-        threading.Thread(target=proc.stdout.read, daemon=True).start()  # keep its output flowing
+        reader = threading.Thread(target=lambda: later.extend(proc.stdout or ()), daemon=True)
+        reader.start()  # keep its output flowing, and keep it
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         conn.request("POST", "/v1/completions", body=json.dumps(body),
                      headers={"Content-Type": "application/json", **headers})
@@ -216,6 +219,8 @@ def test_the_server_pages_session_streams_what_the_page_shows(tmp_path: Path) ->
     finally:
         proc.terminate()  # the session's `kill -TERM %1`: the drain, then exit
         proc.wait(timeout=60)
+        if reader is not None:
+            reader.join(timeout=10)
         if proc.stdout is not None:
             proc.stdout.close()
     got = [e.removeprefix("data: ") for e in reply.split("\n\n") if e.startswith("data: ")]
@@ -223,3 +228,19 @@ def test_the_server_pages_session_streams_what_the_page_shows(tmp_path: Path) ->
     assert [_without_created(e) for e in streamed] == [_without_created(e) for e in shown]
     assert proc.returncode == 0
     assert (tmp_path / "drain.json").is_file()  # --drain-record drain.json, as the page says
+    assert [line.rstrip("\n") for line in later] == _printed_after_kill()  # each step of the drain, as shown
+
+
+def _printed_after_kill() -> list[str]:
+    """The lines the page shows the server printing after ``kill -TERM %1``."""
+    text = (ROOT / "docs" / "server.md").read_text()
+    block = text[text.index("## An example session"):]
+    lines = block[:block.index("\n```", block.index("```sh\n"))].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("$ kill -TERM"))
+    shown = []
+    for line in lines[start + 1:]:
+        if line.startswith("$ "):
+            break
+        shown.append(line)
+    assert shown, "the page shows no line after kill"
+    return shown

@@ -465,17 +465,18 @@ class _Uvicorn:
     should_exit = False
 
 
-def _signal_run(app: ServerApp, cfg: ServerConfig) -> Any:
+def _signal_run(app: ServerApp, cfg: ServerConfig, said: list[str] | None = None) -> Any:
     from llmslo.server import RunResult
     from llmslo.server._run import _Run
 
-    return _Run(cfg, app, _Uvicorn(), RunResult())  # type: ignore[arg-type]
+    return _Run(cfg, app, _Uvicorn(), RunResult(), (said if said is not None else []).append)  # type: ignore[arg-type]
 
 
 def test_return_to_pool_keeps_serving_and_the_next_signal_drains_again() -> None:
     app, rows = make_app(speed=2.0, drain_settle_s=0.0, drain_poll_s=0.01, drain_budget_s=0.1, drain_idle_s=None,
                          drain_max_inflight_s=None, on_budget="return_to_pool")
-    run_state = _signal_run(app, app.config)
+    said: list[str] = []
+    run_state = _signal_run(app, app.config, said)
 
     async def body(c: httpx.AsyncClient) -> tuple[httpx.Response, bool, int]:
         reply = asyncio.create_task(c.post("/v1/completions", json=completion(stream=True, max_tokens=40,
@@ -494,11 +495,20 @@ def test_return_to_pool_keeps_serving_and_the_next_signal_drains_again() -> None
     assert events(reply.text)[-2]["choices"][0]["finish_reason"] == "length"  # the stream went on
     assert rows[0]["finish_reason"] == "length"
     assert run_state.signals == 0  # a later signal starts a new drain
+    spent = run_state.result.drains[0].actual_drain_s
+    assert said == [
+        "signal: draining: /ready is 503 and new requests get 503 draining; settle 0s (a second signal ends every "
+        "request at once)",
+        "settled: draining 1 request in flight (budget 100ms, then return_to_pool; closing none early)",
+        f"drain budget spent after {spent:.2f}s: closed 0, 0 finished on their own; 1 request still in flight: back "
+        "in the pool, serving (the next signal drains again)",
+    ]
 
 
 def test_a_second_signal_ends_every_request_at_once_with_the_budget_event() -> None:
     app, rows = make_app(speed=1.0, drain_settle_s=60.0)
-    run_state = _signal_run(app, app.config)
+    said: list[str] = []
+    run_state = _signal_run(app, app.config, said)
 
     async def body(c: httpx.AsyncClient) -> httpx.Response:
         reply = asyncio.create_task(c.post("/v1/completions", json=completion(stream=True, max_tokens=500,
@@ -516,6 +526,9 @@ def test_a_second_signal_ends_every_request_at_once_with_the_budget_event() -> N
     error = events(reply.text)[-2]["error"]
     assert (error["type"], error["code"]) == ("server_draining", "drain_budget_exhausted")
     assert rows[0]["finish_reason"] == "server_draining"
+    assert said == ["signal: draining: /ready is 503 and new requests get 503 draining; settle 1m (a second "
+                    "signal ends every request at once)",
+                    "signal again: ending the 1 request in flight now (server_draining), then exit"]
 
 
 def test_the_drain_record_document_is_an_update_record(tmp_path: Any) -> None:

@@ -230,6 +230,8 @@ def test_sigterm_drains_then_exits_0_with_every_summary_and_a_drain_record(serve
     assert served.proc.wait(timeout=60) == 0
     for c in clients:
         c.join(timeout=30)
+    for reader in served._readers:
+        reader.join(timeout=10)
 
     assert replies["short"][0] == 200 and events(replies["short"][2])[-3]["choices"][0]["finish_reason"] == "length"
     for i in range(3):
@@ -247,6 +249,19 @@ def test_sigterm_drains_then_exits_0_with_every_summary_and_a_drain_record(serve
     drain = record["drain"]
     assert (drain["from_version"], drain["to_version"], drain["decision"]) == ("v1", "v2", "drained")
     assert drain["closed_by_reason"]["max_inflight"] == 3 and drain["unregister_settle_s"] == 1.0
+
+    # the person at the terminal saw each step on standard error, in order, as the record tells it
+    said = [line.rstrip("\n") for line in served.err]
+    assert [line for line in served.out if line.strip()] == [served.out[0]]  # stdout: the ready line only
+    n, ended = drain["in_flight_at_start"], sum(drain["ended_by_reason"].values())
+    assert said == [
+        "SIGTERM: draining: /ready is 503 and new requests get 503 draining; settle 1s (a second SIGTERM ends "
+        "every request at once)",
+        f"settled: draining {n} requests in flight (budget 2m, then terminate; closing requests in flight for 2s)",
+        f"drain ended (drained) after {drain['actual_drain_s']:.2f}s: closed 3 (max_inflight 3), {ended} finished "
+        f"on {'its' if ended == 1 else 'their'} own",
+        f"exit 0: 5 summaries written, drain record {record_path}",
+    ], said
     pytest.importorskip("duckdb", reason="llmslo rollout record needs the analysis extra")
     out = subprocess.run([sys.executable, "-m", "llmslo.cli", "rollout", "record", str(record_path), "--db",
                           str(tmp_path / "s.duckdb"), "--json"], capture_output=True, text=True, timeout=120,
