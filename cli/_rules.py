@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -68,6 +69,7 @@ def generate(
     print_refusals(model)
     tests_name = tests.name if tests is not None else "rules_test.yml"
     rule_file = os.path.relpath(output.resolve(), (tests or output).resolve().parent)
+    rule_file = re.sub(r"([*?\[\\])", r"\\\1", rule_file)  # promtool reads it as a glob: run[1]/ would match nothing
     try:
         out = render(model, rule_file, tests_name, spec.name, with_tests=tests is not None)
     except SpecError as exc:

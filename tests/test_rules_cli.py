@@ -104,3 +104,18 @@ def test_check_refuses_a_file_that_is_neither_rules_nor_tests(tmp_path: Path) ->
     result = runner.invoke(rules_app, ["check", str(other)])
     assert result.exit_code == 1
     assert "is neither a rules file (groups:) nor a promtool test file (tests:)" in " ".join(result.output.split())
+
+
+@needs_promtool
+def test_proofs_in_another_folder_find_rules_under_a_folder_whose_name_reads_as_a_glob(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """promtool takes a test file's rule_files as globs: ``../run[1]/rules.yml`` matched nothing, so no rule
+    was loaded and every alert test failed."""
+    spec = tmp_path / "small.yaml"
+    spec.write_text(SMALL)
+    monkeypatch.chdir(tmp_path)
+    rules, tests = Path("run[1]") / "rules.yml", Path("proofs") / "rules_test.yml"
+    assert runner.invoke(rules_app, ["generate", str(spec), "-o", str(rules), "--tests", str(tests)]).exit_code == 0
+    result = runner.invoke(rules_app, ["check", str(rules), *map(str, sorted(Path("proofs").glob("*.yml")))])
+    assert result.exit_code == 0, result.output
+    assert "passed" in result.output
