@@ -76,8 +76,10 @@ def _counts(counts: Mapping[str, int]) -> str:
 
 def _comparison(ctx: Context, updates: list[UpdateRecord]) -> None:
     ids = [u.update_id for u in updates]
-    chosen = st.selectbox("Compare the versions of update", ids, index=len(ids) - 1, format_func=literal,
-                          key="rollout_update")
+    # first choice: the latest update whose record says when it was (one without times is not comparable)
+    placed = [i for i, u in enumerate(updates) if u.window() is not None]
+    chosen = st.selectbox("Compare the versions of update", ids, index=placed[-1] if placed else len(ids) - 1,
+                          format_func=literal, key="rollout_update")
     policy_block(ctx.windowless_policy)
     result = compute.comparison(ctx.opened.store.con, ctx.opened.token, chosen, ctx.windowless_policy)
     st.subheader(f"Verdict: {result.verdict}")

@@ -71,10 +71,13 @@ def record_command(
 ) -> None:
     """Validate update records and store them (the store is created if missing).
 
-    Every record is checked before anything is written, and an error names the field and the fix
-    (unknown keys are errors: keep anything else under "extra"). A record whose update_id is stored
-    with the same content is skipped ("already stored"); one stored with other content is refused.
-    The shape is in docs/rollouts.md. With --json: {"db", "records": [{"update_id", "status"}]}.
+    Two shapes are read: ours, and the runbook's (from_version, to_version, batch.updated/total,
+    drain.stream_conns_closed/close_reason, impact.*_requests, overlap_window_s), kept as given.
+    Every record is checked before anything is written; a field of the wrong type is an error naming
+    the field, the type found and expected, and the fix. A field llmslo does not know is kept and
+    listed. A record whose update_id is stored with the same content is skipped ("already stored");
+    one stored with other content is refused. The shapes are in docs/rollouts.md. With --json:
+    {"db", "records": [{"update_id", "status", "shape", "notes"}]}.
     """
     from llmslo.analysis.rollout import parse_update_json, record_updates
 
@@ -90,8 +93,9 @@ def record_command(
         raise _fail(f"{name}: {exc}") from None
     if as_json:
         print(json.dumps({"db": str(db), "records": [
-            {"update_id": d.update.update_id, "status": "already_stored" if d.already_stored else "recorded"}
-            for d in done]}, indent=2))
+            {"update_id": d.update.update_id, "status": "already_stored" if d.already_stored else "recorded",
+             "shape": d.update.shape, "notes": _record_notes(d.update, db)} for d in done]},
+            indent=2, ensure_ascii=False))
         return
     out = _console()
     for d in done:
@@ -99,8 +103,38 @@ def record_command(
         what = "already stored, nothing written" if d.already_stored else "recorded"
         out.print(f"{shown(u.update_id)} ({shown(u.from_version)} → {shown(u.to_version)}): {what}",
                   highlight=False)
+        for note in _record_notes(u, db):
+            out.print(f"  {shown(note)}", highlight=False)
     written = sum(not d.already_stored for d in done)
     out.print(f"store {shown(db)}: {written} update record(s) written", highlight=False)
+
+
+def _record_notes(u: UpdateRecord, db: Path) -> list[str]:
+    """What a person recording ``u`` should know: the shape it was read in, the fields kept but not read,
+    and whether `rollout compare --update` can place it in time."""
+    notes = []
+    if u.shape == "runbook":
+        notes.append(f"read in the runbook shape: {len(u.given_fields())} fields, each kept as given and read as "
+                     f"ours (llmslo rollout show {u.update_id} --db {db} prints them)")
+    unknown = u.unknown_fields()
+    if unknown:
+        notes.append("kept as given, not read by llmslo: " + ", ".join(
+            path + (f" (did you mean {near!r}?)" if near else "") for path, _, near in unknown))
+    if (timeless := _timeless_note(u)) is not None:
+        notes.append(timeless)
+    return notes
+
+
+def _timeless_note(u: UpdateRecord) -> str | None:
+    """What `rollout compare --update` lacks when the record says nothing of when the update happened."""
+    if u.window() is not None:
+        return None
+    overlap = u.record.get("overlap") or {}
+    length = overlap.get("duration_s")
+    name = "overlap_window_s" if u.shape == "runbook" else "overlap.duration_s"
+    said = "" if length is None else f" ({name} gives its length, {length:g} s, not when)"
+    return (f"no start, end or overlap times{said}: `rollout compare --update` needs overlap.from_unix_s, or "
+            "started_unix_s and ended_unix_s (under a new update_id); else compare with --from/--to")
 
 
 def _utc(t: float | None) -> str:
@@ -125,15 +159,22 @@ def _rollback_cell(u: UpdateRecord) -> str:
     return f"yes: {shown(rollback['reason'] or '')}" if rollback["triggered"] else "no"
 
 
+def _batch_cell(index: int | None, of: int | None) -> str:
+    if index is None:
+        return "-"
+    return f"{index}" + (f" of {of}" if of is not None else "")
+
+
 def _list_table(updates: list[UpdateRecord]) -> Table:
     from rich.table import Table
 
     t = Table(title="Update records (times UTC; drain s / budget s)", title_justify="left")
-    for col in ("id", "from → to", "started (UTC)", "drain s / budget", "terminated", "rollback"):
+    for col in ("id", "from → to", "started (UTC)", "batch", "drain s / budget", "terminated", "rollback"):
         t.add_column(col, justify="right" if col in ("drain s / budget", "terminated") else "left")
     for u in updates:
         t.add_row(shown(u.update_id), f"{shown(u.from_version)} → {shown(u.to_version)}", _utc(u.started_unix_s),
-                  _drain_vs_budget(u), "-" if u.terminated is None else f"{u.terminated:,}", _rollback_cell(u))
+                  _batch_cell(u.batch_index, u.batches), _drain_vs_budget(u),
+                  "-" if u.terminated is None else f"{u.terminated:,}", _rollback_cell(u))
     return t
 
 
@@ -150,8 +191,9 @@ def _stored(db: Path) -> list[UpdateRecord]:
 
 @rollout_app.command("list")
 def list_command(db: DbOption, as_json: JsonOption = False) -> None:
-    """List the stored update records by start time: id, versions, start, drain time against the wait
-    budget, terminated requests, rollback. With --json: {"db", "updates": [record, ...]}."""
+    """List the stored update records by start time (those without one last): id, versions, start,
+    batch, drain time against the wait budget, terminated requests, rollback. With --json: {"db",
+    "updates": [record, ...]}, each record as `rollout show --json` prints it."""
     updates = _stored(db)
     if as_json:
         print(json.dumps({"db": str(db), "updates": [u.to_dict() for u in updates]}, indent=2))
@@ -187,11 +229,13 @@ def _versions_rows(rec: dict[str, Any]) -> list[tuple[str, str]]:
     rows += [(f"artefact {shown(name)}", f"sha256 {digest}") for name, digest in v["artifacts"].items()]
     batch = rec.get("batch")
     if batch is not None:
-        rows.append(("batch", f"{batch['index']}" + (f" of {batch['of']}" if batch["of"] is not None else "")))
+        rows.append(("batch", _batch_cell(batch["index"], batch["of"])))
     overlap = rec.get("overlap") or {}
     rows += [("started (UTC)", _utc(rec["started_unix_s"])), ("ended (UTC)", _utc(rec["ended_unix_s"])),
              ("overlap from (UTC)", _utc(overlap.get("from_unix_s"))),
              ("overlap to (UTC)", _utc(overlap.get("to_unix_s")))]
+    if overlap.get("duration_s") is not None:
+        rows.append(("overlap length", _num(overlap["duration_s"], " s")))
     return rows
 
 
@@ -207,14 +251,18 @@ def _impact_rows(rec: dict[str, Any]) -> list[tuple[str, str]]:
 def _metrics_table(rec: dict[str, Any]) -> Table | None:
     from rich.table import Table
 
+    from llmslo.analysis.rollout._records import METRIC_KEYS
+
     m = rec.get("metrics")
     if m is None:
         return None
     t = Table(title="Metrics before and after", title_justify="left")
     for col in ("figure", "before", "after", "change"):
         t.add_column(col, justify="left" if col == "figure" else "right")
-    for key, before in m["before"].items():
-        after = m["after"][key]
+    for key in METRIC_KEYS:
+        before, after = m["before"].get(key), m["after"].get(key)
+        if before is None and after is None:
+            continue
         change = f"{after - before:+g}" if before is not None and after is not None else "-"
         t.add_row(key, _num(before), _num(after), change)
     return t
@@ -237,16 +285,58 @@ def _drain_rows(rec: dict[str, Any]) -> list[tuple[str, str]]:
             ("in flight at start", _num(d["in_flight_at_start"]))]
     for key in ("closed_by_reason", "ended_by_reason"):
         counts = d[key]
-        text = ", ".join(f"{shown(k)} {v:,}" for k, v in counts.items()) if counts else "-"
+        text = ", ".join(f"{shown(k)} {_value(v)}" for k, v in counts.items()) if counts else "-"
         rows.append((key.replace("_", " "), text))
-    rows += [(k.replace("_", " "), _num(d[k])) for k in ("terminated", "timed_out", "requeued", "requeue_failed",
-                                                         "remaining")]
+    rows.append(("terminated (streams closed)", _num(d["terminated"])))
+    rows += [(k.replace("_", " "), _num(d[k])) for k in ("timed_out", "requeued", "requeue_failed", "remaining")]
     return rows
+
+
+def _value(value: object) -> str:
+    """A value as given: text as it is, a whole count with thousands separators, anything else as JSON."""
+    if isinstance(value, str):
+        return shown(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return shown(json.dumps(value, ensure_ascii=False))
+
+
+def _as_given(value: object) -> str:
+    """A value as it was written: text as it is, anything else as JSON."""
+    return shown(value) if isinstance(value, str) else shown(json.dumps(value, ensure_ascii=False))
+
+
+def _given_table(update: UpdateRecord) -> Table:
+    from rich.table import Table
+
+    t = Table(title="As given (the runbook shape): each field, its value, and the field of ours it is read as",
+              title_justify="left")
+    for col in ("field as given", "value", "read as"):
+        t.add_column(col)
+    for path, value, ours in update.given_fields():
+        t.add_row(shown(path), _as_given(value), "kept as given, not read by llmslo" if ours is None else shown(ours))
+    return t
+
+
+def _unknown_table(update: UpdateRecord) -> Table | None:
+    from rich.table import Table
+
+    unknown = update.unknown_fields()
+    if not unknown:
+        return None
+    t = Table(title="Other fields (kept as given, not read by llmslo)", title_justify="left")
+    for col in ("field", "value", "note"):
+        t.add_column(col)
+    for path, value, near in unknown:
+        t.add_row(shown(path), _as_given(value), f"did you mean {shown(near)!r}?" if near else "")
+    return t
 
 
 def _show(out: Console, update: UpdateRecord) -> None:
     rec = dict(update.record)
     out.print(f"update {shown(update.update_id)}", highlight=False)
+    if update.shape == "runbook":
+        out.print(_given_table(update))
     out.print(_pairs("Versions", _versions_rows(rec)))
     out.print(_pairs("Request impact", _impact_rows(rec)))
     metrics = _metrics_table(rec)
@@ -257,6 +347,11 @@ def _show(out: Console, update: UpdateRecord) -> None:
         out.print(f"notes: {shown(rec['notes'], newlines=True)}", highlight=False)
     if rec.get("extra") is not None:
         out.print(f"extra: {shown(json.dumps(rec['extra'], ensure_ascii=False))}", highlight=False)
+    unknown = _unknown_table(update) if update.shape != "runbook" else None  # as given lists them already
+    if unknown is not None:
+        out.print(unknown)
+    if (timeless := _timeless_note(update)) is not None:
+        out.print(f"note: {shown(timeless)}", highlight=False)
 
 
 @rollout_app.command("show")
@@ -265,9 +360,11 @@ def show_command(
     db: DbOption,
     as_json: JsonOption = False,
 ) -> None:
-    """Show one update record: versions and artefacts, request impact with shares of the in-flight
-    count, metrics before/after, rollback, and the drain's figures. With --json: the record as stored,
-    with "derived" (the shares and budget_used), which `rollout record` takes back unchanged."""
+    """Show one update record: a record given in the runbook shape field by field as given (with the
+    field of ours each is read as), then versions and artefacts, request impact with shares of the
+    in-flight count, metrics before/after, rollback, the drain's figures, and the fields llmslo does
+    not know. With --json: the record as stored (the object as given under "given" for the runbook
+    shape), with "derived" (the shares and budget_used), which `rollout record` takes back unchanged."""
     from llmslo.analysis.rollout import get_update
     from llmslo.analysis.store import Store
 

@@ -170,10 +170,11 @@ class DurationFit:
 
 @dataclass(frozen=True)
 class ObservedUpdate:
-    """One stored update on the observed curve: its budget (seconds) and termination rate (a share)."""
+    """One stored update on the observed curve: its budget (seconds) and termination rate (a share); its start
+    is None when the record gives none."""
 
     update_id: str
-    started_unix_s: float
+    started_unix_s: float | None
     wait_budget_s: float | None
     in_flight_at_start: int | None
     terminated: int | None
@@ -332,22 +333,28 @@ def _observed(updates: Sequence[UpdateRecord], from_unix_s: float | None,
     The counts come from the record's impact section, else from its drain section."""
     found = []
     for u in updates:
-        if (from_unix_s is not None and u.started_unix_s < from_unix_s) or \
-                (to_unix_s is not None and u.started_unix_s >= to_unix_s):
+        start = u.started_unix_s  # a record without a start lies in no chosen period
+        if (from_unix_s is not None and (start is None or start < from_unix_s)) or \
+                (to_unix_s is not None and (start is None or start >= to_unix_s)):
             continue
         n = u.in_flight_at_start if u.in_flight_at_start is not None else _drain_count(u, "in_flight_at_start")
         k = u.terminated if u.terminated is not None else _drain_count(u, "terminated")
         found.append(ObservedUpdate(u.update_id, u.started_unix_s, u.wait_budget_s, n, k,
                                     k / n if k is not None and n else None))
-    return tuple(sorted(found, key=lambda o: (o.wait_budget_s is None, o.wait_budget_s or 0.0, o.started_unix_s)))
+    return tuple(sorted(found, key=lambda o: (o.wait_budget_s is None, o.wait_budget_s or 0.0,
+                                              o.started_unix_s is None, o.started_unix_s or 0.0)))
 
 
 def _stored_settle(updates: Sequence[UpdateRecord]) -> float | None:
     """The latest stored update's ``unregister_settle_s`` (seconds), None when no update holds one.
 
-    ``updates`` come by start time (``list_updates``), so the last one holding a settle is the latest."""
-    settles = [u.unregister_settle_s for u in updates if u.unregister_settle_s is not None]
-    return settles[-1] if settles else None
+    ``updates`` come by start time (``list_updates``), so the last one holding a settle is the latest; a
+    record without a start counts only when none has one, the last stored of them."""
+    held = [u for u in updates if u.unregister_settle_s is not None]
+    timed = [u for u in held if u.started_unix_s is not None]
+    untimed = sorted((u for u in held if u.started_unix_s is None), key=lambda u: u.recorded_unix_s or 0.0)
+    latest = timed[-1] if timed else (untimed[-1] if untimed else None)
+    return None if latest is None else latest.unregister_settle_s
 
 
 def advise_wait_budget(

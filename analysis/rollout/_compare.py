@@ -797,7 +797,10 @@ def _resolve_window(con: duckdb.DuckDBPyConnection, update_id: str | None, from_
             known = ", ".join(repr(u.update_id) for u in updates[-5:]) or "none is stored"
             raise RolloutInputError(f"update_id: no update {update_id!r} in the store (latest: {known}); "
                                     "see `llmslo rollout list`")
-        from_unix_s, to_unix_s = update.window()
+        window = update.window()
+        if window is None:
+            raise RolloutInputError(f"update_id {update_id!r}: {_no_window(update)}")
+        from_unix_s, to_unix_s = window
         if update.overlap_from_unix_s is None or update.overlap_to_unix_s is None:
             notes.append(f"update {update_id!r} records no overlap window: its start and end are compared instead")
     elif from_unix_s is None or to_unix_s is None:
@@ -808,8 +811,32 @@ def _resolve_window(con: duckdb.DuckDBPyConnection, update_id: str | None, from_
     if to_unix_s <= from_unix_s:
         raise ConfigurationError(f"compare_versions: the window ends ({to_unix_s!r}) at or before it starts "
                                  f"({from_unix_s!r}); give an end after the start (Unix seconds)")
-    spans = sorted({s for u in updates for s in (u.window(), (u.started_unix_s, u.ended_unix_s))})
+    spans = sorted({s for u in updates for s in _spans(u)})
+    timeless = [u.update_id for u in updates if u.window() is None]
+    if timeless:
+        notes.append(f"{len(timeless)} stored update(s) record no times ({', '.join(map(repr, timeless[:5]))}"
+                     f"{', ...' if len(timeless) > 5 else ''}): their periods cannot be left out of the baselines")
     return CompareWindow(from_unix_s, to_unix_s, update_id, tuple(spans)), update, notes
+
+
+def _spans(update: UpdateRecord) -> list[tuple[float, float]]:
+    """The periods of an update left out of every baseline: its overlap window and its start to end."""
+    out = [] if (window := update.window()) is None else [window]
+    if update.started_unix_s is not None and update.ended_unix_s is not None:
+        out.append((update.started_unix_s, update.ended_unix_s))
+    return out
+
+
+def _no_window(update: UpdateRecord) -> str:
+    """Why ``update`` cannot be compared by its record, and the ways out."""
+    overlap = update.record.get("overlap") or {}
+    length = overlap.get("duration_s") if isinstance(overlap, Mapping) else None
+    said = "" if length is None else (
+        f"; {'overlap_window_s' if update.shape == 'runbook' else 'overlap.duration_s'} gives the overlap's "
+        f"length, {length:g} s, not when it was")
+    return (f"the record says neither when the versions overlapped nor when the update started and ended{said}. "
+            "Record it again under a new update_id with overlap.from_unix_s (or both overlap ends), or "
+            "started_unix_s and ended_unix_s; or compare an explicit window: llmslo rollout compare --from T --to T")
 
 
 def _process(update: UpdateRecord | None, rows: Mapping[tuple[str, Side], _Rows]) -> ProcessFigures:

@@ -5,11 +5,17 @@ the metric comparison before/after, the rollback record) plus the drain section 
 ``to_dict()`` of :class:`llmslo.controls.DrainRecord`), batch progress and the overlap window. Its JSON
 shape is written out in ``docs/rollouts.md``.
 
-Validation comes first and names the field path and the fix (``drain.wait_budget_s: must be a number >= 0
-seconds, got 'x'``); unknown keys are errors at every level (a typo must not pass silently), and anything
-else a person wants kept goes under ``extra``. Nothing is written until every record of an input has
-passed; then all are written in one transaction. Storing is idempotent on ``update_id``: the same content
-again is a no-op ("already stored"), other content under a stored id is refused naming the id.
+Two shapes are read: ours, and the shorter one teams copy into their runbooks (``from_version``,
+``to_version``, ``batch.updated``/``total``, ``drain.stream_conns_closed``/``close_reason``,
+``impact.*_requests``, ``overlap_window_s``: :data:`RUNBOOK_FIELDS` says where each is read in ours). A
+runbook-shaped record is stored read as ours, with the object as given under ``given``.
+
+Validation comes first and names the field path as written, the type found and expected, and the fix
+(``drain.wait_budget_s: must be a number >= 0 seconds, got '120s' (a string); ...``). A key llmslo does not
+know is kept where it was given and shown, never refused (:meth:`UpdateRecord.unknown_fields` lists them,
+with a near miss suggested). Nothing is written until every record of an input has passed; then all are
+written in one transaction. Storing is idempotent on ``update_id``: the same content again is a no-op
+("already stored"), other content under a stored id is refused naming the id.
 
 A record is stored *completed*: parts the drain section implies (versions, impact, batch, start and end
 times) are filled from it when the file leaves them out, so the two spellings of one update compare equal.
@@ -43,9 +49,10 @@ TEXT_MAX_CHARS = 10_000
 
 RECORD_KEYS: tuple[str, ...] = (
     "update_id", "versions", "impact", "metrics", "rollback", "drain", "batch", "overlap",
-    "started_unix_s", "ended_unix_s", "notes", "extra", "derived",
+    "started_unix_s", "ended_unix_s", "notes", "extra", "derived", "given",
 )
-"""The top-level keys of an update record (``derived`` is computed; on input it must match)."""
+"""The top-level keys of an update record (``derived`` is computed; on input it must match; ``given`` is the
+object as given when it came in the runbook shape)."""
 
 DRAIN_KEYS: tuple[str, ...] = (
     "from_version", "to_version", "batch", "batches", "started_unix_s", "wait_budget_s", "unregister_settle_s",
@@ -64,14 +71,53 @@ DRAIN_DECISIONS: tuple[str, ...] = ("drained", "terminate", "return_to_pool")
 METRIC_KEYS: tuple[str, ...] = ("error_rate", "ttft_p50_s", "ttft_p99_s", "e2e_p99_s", "throughput_rps")
 """The figures of ``metrics.before`` / ``metrics.after``: a share in [0, 1], seconds, requests per second."""
 
+IMPACT_KEYS: tuple[str, ...] = ("terminated", "timed_out", "requeued", "in_flight")
+"""The keys of ``impact``: request counts."""
+
+ROLLBACK_KEYS: tuple[str, ...] = ("triggered", "reason", "cost_s", "cost")
+"""The keys of ``rollback``."""
+
+OVERLAP_KEYS: tuple[str, ...] = ("from_unix_s", "to_unix_s", "duration_s")
+"""The keys of ``overlap``: when both versions served, and for how long."""
+
+_SCHEMA: dict[str, tuple[str, ...]] = {
+    "": RECORD_KEYS, "versions": ("from", "to", "artifacts"), "impact": IMPACT_KEYS, "metrics": ("before", "after"),
+    "metrics.before": METRIC_KEYS, "metrics.after": METRIC_KEYS, "rollback": ROLLBACK_KEYS, "drain": DRAIN_KEYS,
+    "drain.closed_by_reason": DRAIN_CLOSE_REASONS, "batch": ("index", "of"), "overlap": OVERLAP_KEYS,
+}
+"""The keys llmslo reads in each object of a record, by the object's path; the objects not named here hold
+any keys (``versions.artifacts``, ``drain.ended_by_reason``, ``extra``, ``given``) or are values."""
+
+_FREE_MAPS: tuple[str, ...] = ("versions.artifacts", "drain.ended_by_reason", "extra", "given", "derived")
+
+RUNBOOK_FIELDS: tuple[tuple[str, str], ...] = (
+    ("from_version", "versions.from"),
+    ("to_version", "versions.to"),
+    ("batch.updated", "batch.index"),
+    ("batch.total", "batch.of"),
+    ("drain.stream_conns_closed", "drain.terminated"),
+    ("drain.close_reason", "drain.closed_by_reason"),
+    ("impact.terminated_requests", "impact.terminated"),
+    ("impact.timed_out_requests", "impact.timed_out"),
+    ("impact.requeued_tasks", "impact.requeued"),
+    ("overlap_window_s", "overlap.duration_s"),
+)
+"""The runbook shape's own field names, each with the field of ours it is read as. Its other fields
+(``update_id``, ``drain.wait_budget_s``, ``actual_drain_s``, ``unregister_settle_s``, ``rollback.*``) have
+our names already. ``batch.updated`` of ``batch.total`` is read as the batch's index of the number of
+batches (the update has done ``updated`` batches, this one included)."""
+
+SHAPES: tuple[str, ...] = ("llmslo", "runbook")
+"""The record shapes read: ours, and the runbook's (:data:`RUNBOOK_FIELDS`)."""
+
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 
 _COLUMNS: tuple[tuple[str, str], ...] = (
     ("update_id", "VARCHAR PRIMARY KEY"),
     ("from_version", "VARCHAR NOT NULL"),
     ("to_version", "VARCHAR NOT NULL"),
-    ("started_unix_s", "DOUBLE NOT NULL"),
-    ("ended_unix_s", "DOUBLE NOT NULL"),
+    ("started_unix_s", "DOUBLE"),
+    ("ended_unix_s", "DOUBLE"),
     ("overlap_from_unix_s", "DOUBLE"),
     ("overlap_to_unix_s", "DOUBLE"),
     ("batch_index", "INTEGER"),
@@ -104,19 +150,20 @@ class UpdateRecord:
     Times are Unix seconds, durations seconds, impact figures request counts; ``None`` where the record
     does not say. ``wait_budget_s``, ``actual_drain_s`` and ``unregister_settle_s`` come from the drain
     section; ``terminated``, ``timed_out``, ``requeued`` and ``in_flight_at_start`` from ``impact`` (which
-    the drain section fills when the file leaves it out). ``record`` is the completed record (the JSON shape
-    of ``docs/rollouts.md``, without ``derived``); ``recorded_unix_s`` is when it was stored (no part of its
-    content). Example::
+    the drain section fills when the file leaves it out). ``overlap_from_unix_s`` and ``overlap_to_unix_s``
+    are the overlap's ends, one of them computed from the other and ``overlap.duration_s`` where the record
+    gives only one. ``record`` is the completed record (the JSON shape of ``docs/rollouts.md``, without
+    ``derived``); ``recorded_unix_s`` is when it was stored (no part of its content). Example::
 
         update = get_update(store.con, "2026-11-03-v1-v2-b1")
-        start, end = update.window()
+        start, end = update.window() or (None, None)
     """
 
     update_id: str
     from_version: str
     to_version: str
-    started_unix_s: float
-    ended_unix_s: float
+    started_unix_s: float | None
+    ended_unix_s: float | None
     overlap_from_unix_s: float | None
     overlap_to_unix_s: float | None
     batch_index: int | None
@@ -132,12 +179,38 @@ class UpdateRecord:
     record: Mapping[str, Any]
     recorded_unix_s: float | None = None
 
-    def window(self) -> tuple[float, float]:
+    def window(self) -> tuple[float, float] | None:
         """The versions' overlap window ``(from, to)`` in Unix seconds; the update's start and end when the
-        record gives no overlap (or only one of its ends)."""
+        record does not place the overlap; None when it says neither (a runbook record gives the overlap's
+        length, ``overlap_window_s``, but not when)."""
         if self.overlap_from_unix_s is not None and self.overlap_to_unix_s is not None:
             return self.overlap_from_unix_s, self.overlap_to_unix_s
-        return self.started_unix_s, self.ended_unix_s
+        if self.started_unix_s is not None and self.ended_unix_s is not None:
+            return self.started_unix_s, self.ended_unix_s
+        return None
+
+    @property
+    def shape(self) -> str:
+        """``runbook`` when the record came in the runbook shape (it keeps the object as given under
+        ``given``), else ``llmslo``."""
+        return "runbook" if isinstance(self.record.get("given"), Mapping) else "llmslo"
+
+    def unknown_fields(self) -> list[tuple[str, Any, str | None]]:
+        """``(path, value, near miss)`` of each field llmslo does not know, kept where it was given (the path as
+        written; the near miss is a known key of the same object that the name resembles, else None)."""
+        given = self.record.get("given")
+        found = _unknown(self.record, "")
+        if not isinstance(given, Mapping):
+            return found
+        return [(_written_path(path, given), value, near) for path, value, near in found]
+
+    def given_fields(self) -> list[tuple[str, Any, str | None]]:
+        """``(path as given, value, path read as)`` of every field of a runbook-shaped record as given (objects
+        opened, lists and empty objects as one value), in the given order; the path read as is None for a
+        field llmslo does not know (kept as given). Empty for a record in our shape."""
+        given = self.record.get("given")
+        return [(path, value, _read_as(path)) for path, value in _leaves(given, "")] \
+            if isinstance(given, Mapping) else []
 
     def derived(self) -> dict[str, float | None]:
         """Figures computed from the record: the impact counts as shares of the in-flight count (None when
@@ -272,16 +345,76 @@ def _bad(path: str, message: str) -> RolloutInputError:
     return RolloutInputError(f"{path}: {message}")
 
 
-def _object_at(value: object, path: str, allowed: Sequence[str]) -> Mapping[str, Any]:
-    """``value`` as a JSON object whose keys are all ``allowed``; an unknown key is named with a suggestion."""
+def _object_at(value: object, path: str) -> Mapping[str, Any]:
+    """``value`` as a JSON object (its keys strings); keys llmslo does not know are kept (see :func:`_keep`)."""
     if not isinstance(value, Mapping):
-        raise _bad(path, f"must be a JSON object, got {_kind(value)}")
+        raise _wrong(path, "a JSON object", value, "object")
     for key in value:
-        if not isinstance(key, str) or key not in allowed:
-            near = difflib.get_close_matches(str(key), allowed, n=1)
-            hint = f"did you mean {near[0]!r}? " if near else ""
-            raise _bad(_join(path, str(key)), f"unknown key; {hint}expected one of: {', '.join(allowed)}")
+        if not isinstance(key, str):
+            raise _bad(path, f"keys must be strings, got {key!r}")
     return value
+
+
+def _keep(out: dict[str, Any], obj: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """``out`` with the keys of ``obj`` that llmslo does not read at ``path`` added as given."""
+    known = _SCHEMA[path]
+    for key, value in obj.items():
+        if key not in known:
+            out[key] = _json_value(value, _join(path, key))
+    return out
+
+
+def _json_value(value: object, path: str) -> Any:
+    """``value`` as plain JSON data (a copy); refused when it holds anything JSON cannot write."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError):
+        raise _bad(path, "must hold JSON values only (objects, lists, strings, finite numbers, true, false, "
+                   "null)") from None
+
+
+_WITH_UNIT = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*(ms|s|sec|m|min|h)\s*", re.IGNORECASE)
+_UNIT_S = {"ms": 1e-3, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+Want = str  # "number", "seconds", "count", "bool", "string", "object"
+
+
+def _json_number(text: str) -> str | None:
+    """The JSON number ``text`` spells (``"3"``, ``" 2.5 "``), None when it spells none."""
+    try:
+        value = json.loads(text.strip())
+    except ValueError:
+        return None
+    return json.dumps(value) if _number(value) else None
+
+
+def _fix(value: object, want: Want) -> str:
+    """How to write ``value`` as the type wanted."""
+    if want in ("number", "seconds", "count"):
+        if isinstance(value, str):
+            if (number := _json_number(value)) is not None:
+                return f"write it without quotes: {number}"
+            unit = _WITH_UNIT.fullmatch(value)
+            if want == "seconds" and unit is not None:
+                seconds = float(unit[1]) * _UNIT_S[unit[2].lower()]
+                return f"write the number of seconds without quotes or unit: {seconds:g}"
+        if isinstance(value, bool):
+            return "write a number: true and false are no numbers here"
+        return {"number": "write a number, e.g. 0.5", "seconds": "write the number of seconds, e.g. 120",
+                "count": "write a whole number, e.g. 3"}[want]
+    if want == "bool":
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return f"write it without quotes: {value.strip().lower()}"
+        return "write true or false, without quotes"
+    if want == "string":
+        if _number(value) or isinstance(value, bool):
+            return f"write it in quotes: {json.dumps(json.dumps(value))}"
+        return "write it as text in quotes"
+    return 'write it as an object: {"name": value, ...}'
+
+
+def _wrong(path: str, expected: str, value: object, want: Want) -> RolloutInputError:
+    """A field of the wrong type: its path, the type expected and the one found, and the fix."""
+    return _bad(path or "record", f"must be {expected}, got {_short(value)} ({_kind(value)}); {_fix(value, want)}")
 
 
 def _number(value: object) -> TypeGuard[int | float]:
@@ -290,59 +423,72 @@ def _number(value: object) -> TypeGuard[int | float]:
 
 def _seconds(obj: Mapping[str, Any], key: str, path: str, *, required: bool = False) -> float | None:
     """A duration in seconds (a finite number >= 0); None when absent or null and not ``required``."""
-    value = obj.get(key)
-    if value is None and not required:
+    value, where = obj.get(key), _join(path, key)
+    if value is None:
+        if required:
+            raise _bad(where, "required; must be a number >= 0 seconds")
         return None
-    if not _number(value) or value < 0:
-        missing = "required; " if value is None else ""
-        raise _bad(_join(path, key), f"{missing}must be a number >= 0 seconds, got {value!r}")
+    if not _number(value):
+        raise _wrong(where, "a number >= 0 seconds", value, "seconds")
+    if value < 0:
+        raise _bad(where, f"must be a number >= 0 seconds, got {value!r}")
     return float(value)
 
 
 def _count(obj: Mapping[str, Any], key: str, path: str, *, required: bool = False) -> int | None:
     """A request count (a whole number >= 0); None when absent or null and not ``required``."""
-    value = obj.get(key)
-    if value is None and not required:
+    value, where = obj.get(key), _join(path, key)
+    if value is None:
+        if required:
+            raise _bad(where, "required; must be a whole number >= 0 (a count of requests)")
         return None
-    if not _number(value) or value < 0 or value != int(value):
-        missing = "required; " if value is None else ""
-        raise _bad(_join(path, key), f"{missing}must be a whole number >= 0 (a count of requests), got {value!r}")
+    if not _number(value):
+        raise _wrong(where, "a whole number >= 0 (a count of requests)", value, "count")
+    if value < 0 or value != int(value):
+        raise _bad(where, f"must be a whole number >= 0 (a count of requests), got {value!r}")
     return int(value)
 
 
 def _unix(obj: Mapping[str, Any], key: str, path: str, *, now: float) -> float | None:
     """Wall-clock Unix seconds from the epoch to a day after ``now``; None when absent or null."""
-    value = obj.get(key)
+    value, where = obj.get(key), _join(path, key)
     if value is None:
         return None
     latest = now + ARRIVAL_MAX_AHEAD_S
-    if not _number(value) or not ARRIVAL_MIN_UNIX_S <= value <= latest:
-        hint = " (milliseconds? divide by 1000)" if _number(value) and value > latest else ""
-        raise _bad(_join(path, key), f"must be Unix seconds between {ARRIVAL_MIN_UNIX_S:g} and a day from now "
-                   f"({latest:.0f}){hint}, got {value!r}")
+    expected = f"Unix seconds between {ARRIVAL_MIN_UNIX_S:g} and a day from now ({latest:.0f})"
+    if not _number(value):
+        raise _wrong(where, expected, value, "number")
+    if not ARRIVAL_MIN_UNIX_S <= value <= latest:
+        hint = " (milliseconds? divide by 1000)" if value > latest else ""
+        raise _bad(where, f"must be {expected}{hint}, got {value!r}")
     return float(value)
 
 
-def _name(obj: Mapping[str, Any], key: str, path: str, *, required: bool = False) -> str | None:
-    """A non-blank identifier of at most :data:`UPDATE_ID_MAX_CHARS` characters; None when absent or null."""
-    value = obj.get(key)
-    if value is None and not required:
+def _name(obj: Mapping[str, Any], key: str, path: str, *, required: bool = False, also: str = "") -> str | None:
+    """A non-blank identifier of at most :data:`UPDATE_ID_MAX_CHARS` characters; None when absent or null.
+    ``also`` names where else the value may come from, for the message when it is missing."""
+    value, where = obj.get(key), _join(path, key)
+    expected = f"a non-blank string of at most {UPDATE_ID_MAX_CHARS} characters"
+    if value is None:
+        if required:
+            raise _bad(where, f"required; must be {expected}{also}")
         return None
-    if not isinstance(value, str) or not value.strip() or len(value) > UPDATE_ID_MAX_CHARS:
-        missing = "required; " if value is None else ""
-        raise _bad(_join(path, key), f"{missing}must be a non-blank string of at most {UPDATE_ID_MAX_CHARS} "
-                   f"characters, got {_short(value)}")
+    if not isinstance(value, str):
+        raise _wrong(where, expected, value, "string")
+    if not value.strip() or len(value) > UPDATE_ID_MAX_CHARS:
+        raise _bad(where, f"must be {expected}, got {_short(value)}")
     return value
 
 
 def _text(obj: Mapping[str, Any], key: str, path: str) -> str | None:
     """Free text of at most :data:`TEXT_MAX_CHARS` characters; None when absent or null."""
-    value = obj.get(key)
+    value, where = obj.get(key), _join(path, key)
     if value is None:
         return None
-    if not isinstance(value, str) or len(value) > TEXT_MAX_CHARS:
-        raise _bad(_join(path, key), f"must be a string of at most {TEXT_MAX_CHARS:,} characters, got "
-                   f"{_short(value)}")
+    if not isinstance(value, str):
+        raise _wrong(where, f"a string of at most {TEXT_MAX_CHARS:,} characters", value, "string")
+    if len(value) > TEXT_MAX_CHARS:
+        raise _bad(where, f"must be a string of at most {TEXT_MAX_CHARS:,} characters, got {_short(value)}")
     return value
 
 
@@ -353,110 +499,122 @@ def _short(value: object) -> str:
 
 def _versions(value: object) -> dict[str, Any]:
     path = "versions"
-    obj = _object_at(value, path, ("from", "to", "artifacts"))
+    obj = _object_at(value, path)
     artifacts: dict[str, str] = {}
     raw = obj.get("artifacts")
     if raw is not None:
-        for name, digest in _object_map(raw, "versions.artifacts").items():
+        for name, digest in _object_at(raw, "versions.artifacts").items():
             where = f"versions.artifacts.{name}"
             if not name.strip() or len(name) > UPDATE_ID_MAX_CHARS:
                 raise _bad(where, f"an artefact name must be non-blank and at most {UPDATE_ID_MAX_CHARS} characters")
-            hexa = digest.removeprefix("sha256:") if isinstance(digest, str) else None
-            if hexa is None or not _HEX64.fullmatch(hexa):
+            if not isinstance(digest, str):
+                raise _wrong(where, "a SHA-256 checksum (64 hexadecimal digits)", digest, "string")
+            hexa = digest.removeprefix("sha256:")
+            if not _HEX64.fullmatch(hexa):
                 raise _bad(where, "must be a SHA-256 checksum: 64 hexadecimal digits, optionally after 'sha256:' "
                            f"(as sha256sum prints it), got {_short(digest)}")
             artifacts[name] = hexa.lower()
-    return {"from": _name(obj, "from", path, required=True), "to": _name(obj, "to", path, required=True),
-            "artifacts": dict(sorted(artifacts.items()))}
+    out = {"from": _name(obj, "from", path, required=True, also=" (from_version in the runbook shape)"),
+           "to": _name(obj, "to", path, required=True, also=" (to_version in the runbook shape)"),
+           "artifacts": dict(sorted(artifacts.items()))}
+    return _keep(out, obj, path)
 
 
-def _object_map(value: object, path: str) -> Mapping[str, Any]:
-    """A JSON object with any keys (a map), checked to be one."""
-    if not isinstance(value, Mapping):
-        raise _bad(path, f"must be a JSON object, got {_kind(value)}")
-    return value
-
-
-def _impact(value: object) -> dict[str, int | None]:
+def _impact(value: object) -> dict[str, Any]:
     path = "impact"
-    obj = _object_at(value, path, ("terminated", "timed_out", "requeued", "in_flight"))
-    out = {k: _count(obj, k, path, required=True) for k in ("terminated", "timed_out", "requeued")}
+    obj = _object_at(value, path)
+    out: dict[str, Any] = {k: _count(obj, k, path, required=True) for k in ("terminated", "timed_out", "requeued")}
     out["in_flight"] = _count(obj, "in_flight", path)
     total = sum(v for k, v in out.items() if k != "in_flight" and v is not None)
     if out["in_flight"] is not None and total > out["in_flight"]:
         raise _bad("impact.in_flight", f"terminated + timed_out + requeued = {total} exceeds in_flight "
                    f"({out['in_flight']}): every one of them was in flight when the drain began; correct the counts")
-    return out
+    return _keep(out, obj, path)
 
 
-def _metric_block(value: object, path: str) -> dict[str, float | None]:
-    obj = _object_at(value, path, METRIC_KEYS)
-    out: dict[str, float | None] = {}
+def _metric_block(value: object, path: str) -> dict[str, Any]:
+    obj = _object_at(value, path)
+    out: dict[str, Any] = {}
     for key in METRIC_KEYS:
-        v = obj.get(key)
-        if key == "error_rate" and v is not None and not (_number(v) and 0 <= v <= 1):
-            raise _bad(_join(path, key), f"must be a share between 0 and 1 (0.02 for 2 %), got {v!r}")
-        if key == "throughput_rps" and v is not None and not (_number(v) and v >= 0):
-            raise _bad(_join(path, key), f"must be a number >= 0 requests per second, got {v!r}")
-        out[key] = float(v) if key in ("error_rate", "throughput_rps") and v is not None else None
+        v, where = obj.get(key), _join(path, key)
         if key.endswith("_s"):
             out[key] = _seconds(obj, key, path)
-    if all(v is None for v in out.values()):
+            continue
+        expected = ("a share between 0 and 1 (0.02 for 2 %)" if key == "error_rate"
+                    else "a number >= 0 requests per second")
+        if v is not None and not _number(v):
+            raise _wrong(where, expected, v, "number")
+        if v is not None and not (0 <= v <= 1 if key == "error_rate" else v >= 0):
+            raise _bad(where, f"must be {expected}, got {v!r}")
+        out[key] = None if v is None else float(v)
+    if all(v is None for v in out.values()) and all(k in METRIC_KEYS for k in obj):
         raise _bad(path, f"gives no figure; give at least one of {', '.join(METRIC_KEYS)}")
     p50, p99 = out["ttft_p50_s"], out["ttft_p99_s"]
     if p50 is not None and p99 is not None and p99 < p50:
         raise _bad(_join(path, "ttft_p99_s"), f"{p99:g} s is below ttft_p50_s ({p50:g} s): a higher quantile "
                    "cannot be lower; check which is which")
-    return out
+    return _keep(out, obj, path)
 
 
 def _metrics(value: object) -> dict[str, Any]:
-    obj = _object_at(value, "metrics", ("before", "after"))
+    obj = _object_at(value, "metrics")
     for side in ("before", "after"):
         if obj.get(side) is None:
             raise _bad(f"metrics.{side}", "required: a comparison needs the figures before and after the update "
                        "(leave metrics out when there is none)")
-    return {"before": _metric_block(obj["before"], "metrics.before"),
-            "after": _metric_block(obj["after"], "metrics.after")}
+    out = {"before": _metric_block(obj["before"], "metrics.before"),
+           "after": _metric_block(obj["after"], "metrics.after")}
+    return _keep(out, obj, "metrics")
 
 
 def _rollback(value: object) -> dict[str, Any]:
     path = "rollback"
-    obj = _object_at(value, path, ("triggered", "reason", "cost_s", "cost"))
+    obj = _object_at(value, path)
     triggered = obj.get("triggered")
+    if triggered is None:
+        raise _bad("rollback.triggered", "required; must be true or false")
     if not isinstance(triggered, bool):
-        missing = "required; " if triggered is None else ""
-        raise _bad("rollback.triggered", f"{missing}must be true or false, got {triggered!r}")
+        raise _wrong("rollback.triggered", "true or false", triggered, "bool")
     reason = _text(obj, "reason", path)
     if triggered and not (reason or "").strip():
         raise _bad("rollback.reason", "required when triggered is true: say why the update was rolled back")
-    return {"triggered": triggered, "reason": reason, "cost_s": _seconds(obj, "cost_s", path),
-            "cost": _text(obj, "cost", path)}
+    out = {"triggered": triggered, "reason": reason, "cost_s": _seconds(obj, "cost_s", path),
+           "cost": _text(obj, "cost", path)}
+    return _keep(out, obj, path)
 
 
-def _counts_map(value: object, path: str, keys: Sequence[str] | None) -> dict[str, int] | None:
-    """A map of counts (keys from ``keys`` when given, else any non-blank names); None when null."""
+def _counts_map(value: object, path: str, keys: Sequence[str] | None) -> dict[str, Any] | None:
+    """A map of counts; None when null. With ``keys``, those are counts and any other key is kept as given;
+    without, every key is a non-blank name and every value a count."""
     if value is None:
         return None
-    obj = _object_at(value, path, keys) if keys is not None else _object_map(value, path)
-    out: dict[str, int] = {}
-    for key in obj:
+    obj = _object_at(value, path)
+    out: dict[str, Any] = {}
+    for key, item in obj.items():
+        if keys is not None and key not in keys:
+            out[key] = _json_value(item, _join(path, key))
+            continue
         if not key.strip() or len(key) > UPDATE_ID_MAX_CHARS:
             raise _bad(path, f"a key must be a non-blank name of at most {UPDATE_ID_MAX_CHARS} characters, "
                        f"got {_short(key)}")
-        count = _count(obj, key, path, required=True)
-        assert count is not None
-        out[key] = count
+        out[key] = _count(obj, key, path, required=True)
     return out
+
+
+def _closed_sum(closed: Mapping[str, Any]) -> int:
+    """The streams closed, over every reason (one llmslo does not know counts when its value is a count)."""
+    return sum(int(v) for v in closed.values() if _number(v) and v >= 0 and v == int(v))
 
 
 def _drain(value: object, now: float) -> dict[str, Any]:
     path = "drain"
-    obj = _object_at(value, path, DRAIN_KEYS)
+    obj = _object_at(value, path)
     out: dict[str, Any] = {}
     for key in ("from_version", "to_version"):
         v = obj.get(key)
-        if v is not None and (not isinstance(v, str) or len(v) > UPDATE_ID_MAX_CHARS):
+        if v is not None and not isinstance(v, str):
+            raise _wrong(_join(path, key), f"a string of at most {UPDATE_ID_MAX_CHARS} characters", v, "string")
+        if v is not None and len(v) > UPDATE_ID_MAX_CHARS:
             raise _bad(_join(path, key), f"must be a string of at most {UPDATE_ID_MAX_CHARS} characters, "
                        f"got {_short(v)}")
         out[key] = v
@@ -471,21 +629,25 @@ def _drain(value: object, now: float) -> dict[str, Any]:
     for key in ("terminated", "timed_out", "requeued", "requeue_failed", "remaining"):
         out[key] = _count(obj, key, path)
     decision = obj.get("decision")
+    if decision is not None and not isinstance(decision, str):
+        raise _wrong("drain.decision", f"one of {', '.join(DRAIN_DECISIONS)}", decision, "string")
     if decision is not None and decision not in DRAIN_DECISIONS:
         raise _bad("drain.decision", f"must be one of {', '.join(DRAIN_DECISIONS)}, got {_short(decision)}")
     out["decision"] = decision
     closed = out["closed_by_reason"]
-    if closed is not None and out["terminated"] is not None and sum(closed.values()) != out["terminated"]:
+    if closed is not None and out["terminated"] is not None and _closed_sum(closed) != out["terminated"]:
         raise _bad("drain.terminated", f"{out['terminated']} is not the sum of drain.closed_by_reason "
-                   f"({sum(closed.values())}): terminated counts the streams the drain closed, for every reason")
-    return out
+                   f"({_closed_sum(closed)}): terminated counts the streams the drain closed, for every reason")
+    return _keep(out, obj, path)
 
 
 def _whole(value: object, where: str) -> int | None:
     """A whole number >= 1 (a batch number); None when null."""
     if value is None:
         return None
-    if not _number(value) or value < 1 or value != int(value):
+    if not _number(value):
+        raise _wrong(where, "a whole number >= 1 (batches count from 1)", value, "count")
+    if value < 1 or value != int(value):
         raise _bad(where, f"must be a whole number >= 1 (batches count from 1), got {value!r}")
     return int(value)
 
@@ -498,20 +660,32 @@ def _batch_numbers(index: object, of: object, index_path: str, of_path: str) -> 
     return i, n
 
 
-def _batch(value: object) -> dict[str, int | None]:
-    obj = _object_at(value, "batch", ("index", "of"))
+def _batch(value: object) -> dict[str, Any]:
+    obj = _object_at(value, "batch")
     if obj.get("index") is None:
-        raise _bad("batch.index", "required: which batch this was, counting from 1")
+        raise _bad("batch.index", "required: which batch this was, counting from 1 (batch.updated in the "
+                   "runbook shape)")
     index, of = _batch_numbers(obj.get("index"), obj.get("of"), "batch.index", "batch.of")
-    return {"index": index, "of": of}
+    return _keep({"index": index, "of": of}, obj, "batch")
 
 
-def _overlap(value: object, now: float) -> dict[str, float | None]:
-    obj = _object_at(value, "overlap", ("from_unix_s", "to_unix_s"))
+OVERLAP_TOLERANCE_S = 1e-3
+"""How far ``overlap.duration_s`` may differ from ``to_unix_s - from_unix_s`` when a record gives all three."""
+
+
+def _overlap(value: object, now: float) -> dict[str, Any]:
+    obj = _object_at(value, "overlap")
     lo, hi = _unix(obj, "from_unix_s", "overlap", now=now), _unix(obj, "to_unix_s", "overlap", now=now)
+    length = _seconds(obj, "duration_s", "overlap")
     if lo is not None and hi is not None and hi < lo:
         raise _bad("overlap.to_unix_s", f"{hi!r} is before overlap.from_unix_s ({lo!r}); swap them")
-    return {"from_unix_s": lo, "to_unix_s": hi}
+    if lo is not None and hi is not None and length is not None and abs(hi - lo - length) > OVERLAP_TOLERANCE_S:
+        raise _bad("overlap.duration_s", f"{length:g} s differs from overlap.to_unix_s - overlap.from_unix_s "
+                   f"({hi - lo:g} s); correct one of them, or leave one out")
+    out: dict[str, Any] = {"from_unix_s": lo, "to_unix_s": hi}
+    if length is not None:  # only when given: a record without it keeps the content it always had
+        out["duration_s"] = length
+    return _keep(out, obj, "overlap")
 
 
 def _agree(given: object, implied: object, path: str, implied_path: str) -> None:
@@ -561,15 +735,32 @@ def _derived(rec: Mapping[str, Any]) -> dict[str, float | None]:
 def validate_update(record: object, *, now: float | None = None) -> dict[str, Any]:
     """The completed, normalised form of one update record (see ``docs/rollouts.md``); validates only.
 
-    ``now`` (Unix seconds, default the clock) bounds the times: none may lie more than a day ahead. Raises
-    :class:`RolloutInputError` naming the field path and the fix at the first problem found.
+    ``record`` is in our shape or the runbook's (:data:`RUNBOOK_FIELDS`; the object as given is then kept
+    under ``given``), or it is a stored record as ``llmslo rollout show --json`` prints it. Keys llmslo does
+    not know are kept where they were given. ``now`` (Unix seconds, default the clock) bounds the times: none
+    may lie more than a day ahead. Raises :class:`RolloutInputError` at the first problem found, naming the
+    field as written, the type found and expected, and the fix.
     """
     t = time.time() if now is None else now
     if not isinstance(record, Mapping):
         raise RolloutInputError(f"record: must be a JSON object, got {_kind(record)}")
-    obj = _object_at(record, "", RECORD_KEYS)
+    obj = _object_at(record, "")
     if (bad := _lone_surrogate(obj, "")) is not None:
         raise bad
+    if obj.get("given") is not None:
+        return _from_given(obj, t)
+    ours, read = _to_ours(obj)
+    try:
+        rec = _validate_ours(ours, t)
+    except RolloutInputError as exc:
+        raise RolloutInputError(_as_written(str(exc), read)) from None
+    if read:
+        rec["given"] = _json_value({k: v for k, v in obj.items() if k != "derived"}, "given")
+    return rec
+
+
+def _validate_ours(obj: Mapping[str, Any], t: float) -> dict[str, Any]:
+    """:func:`validate_update` of a record in our shape."""
     rec: dict[str, Any] = {"update_id": _name(obj, "update_id", "", required=True)}
     rec["versions"] = _versions(obj["versions"]) if obj.get("versions") is not None else None
     rec["impact"] = _impact(obj["impact"]) if obj.get("impact") is not None else None
@@ -583,28 +774,152 @@ def validate_update(record: object, *, now: float | None = None) -> dict[str, An
     rec["ended_unix_s"] = _unix(obj, "ended_unix_s", "", now=t)
     rec["notes"] = _text(obj, "notes", "")
     extra = obj.get("extra")
-    if extra is not None and not isinstance(extra, Mapping):
-        raise _bad("extra", f"must be a JSON object (anything else to keep, as given), got {_kind(extra)}")
-    try:
-        rec["extra"] = json.loads(json.dumps(extra, allow_nan=False)) if extra is not None else None
-    except (TypeError, ValueError):
-        raise _bad("extra", "must hold JSON values only (objects, lists, strings, finite numbers, true, false, "
-                   "null)") from None
+    rec["extra"] = _json_value(_object_at(extra, "extra"), "extra") if extra is not None else None
     _complete(rec, drain)
     if rec["versions"] is None:
-        raise _bad("versions", "required: {\"from\": ..., \"to\": ...} (or a drain section naming from_version "
-                   "and to_version)")
-    if rec["started_unix_s"] is None:
-        raise _bad("started_unix_s", "required: Unix seconds when the update began (or a drain section with "
-                   "started_unix_s)")
-    if rec["ended_unix_s"] is None:
-        raise _bad("ended_unix_s", "required: Unix seconds when the update ended (or a drain section with "
-                   "started_unix_s and actual_drain_s)")
-    if rec["ended_unix_s"] < rec["started_unix_s"]:
-        raise _bad("ended_unix_s", f"{rec['ended_unix_s']!r} is before started_unix_s ({rec['started_unix_s']!r})")
+        raise _bad("versions", "required: {\"from\": ..., \"to\": ...} (or from_version and to_version, or a drain "
+                   "section naming them)")
+    started, ended = rec["started_unix_s"], rec["ended_unix_s"]
+    if started is not None and ended is not None and ended < started:
+        raise _bad("ended_unix_s", f"{ended!r} is before started_unix_s ({started!r})")
+    if obj.get("derived") is not None and _canonical(obj["derived"]) != _canonical(_derived(rec)):
+        raise _bad("derived", "does not match the record: it is computed from impact and drain; leave it out")
+    return _keep(rec, {k: v for k, v in obj.items() if k not in ("derived", "given")}, "")
+
+
+def _from_given(obj: Mapping[str, Any], t: float) -> dict[str, Any]:
+    """A stored runbook-shaped record as ``rollout show --json`` prints it: read from ``given``; the rest must
+    be what ``given`` reads as."""
+    given = obj["given"]
+    if not isinstance(given, Mapping):
+        raise _wrong("given", "a JSON object (the record as given, in the runbook shape)", given, "object")
+    if given.get("given") is not None:
+        raise _bad("given.given", "a record as given holds no given of its own; remove it")
+    rec = validate_update(given, now=t)
+    rest = {k: v for k, v in obj.items() if k != "derived"}
+    if set(rest) != {"given"} and _canonical(rest) != _canonical(rec):
+        raise _bad("given", f"the record's other fields are not what given reads as (they differ in "
+                   f"{_differs(rest, rec)}); send the object under given alone, or the record without given")
     if obj.get("derived") is not None and _canonical(obj["derived"]) != _canonical(_derived(rec)):
         raise _bad("derived", "does not match the record: it is computed from impact and drain; leave it out")
     return rec
+
+
+# ---- the runbook shape -------------------------------------------------------------------------------------
+
+
+def _plain(value: object) -> Any:
+    """A copy of ``value`` with its objects as dicts and its lists as lists (nothing else changed)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _dig(obj: dict[str, Any], parts: Sequence[str], *, create: bool = False) -> dict[str, Any] | None:
+    """The object at ``parts`` under ``obj`` (made where missing with ``create``); None where it is not one."""
+    at: Any = obj
+    for part in parts:
+        if create and at.get(part) is None:
+            at[part] = {}
+        at = at.get(part)
+        if not isinstance(at, dict):
+            return None
+    return at if isinstance(at, dict) else None
+
+
+def _to_ours(obj: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """A copy of ``obj`` with the runbook's field names moved to ours, and ``(ours, as given)`` of each move.
+
+    A field given under both names must hold the same value under both."""
+    rec: dict[str, Any] = _plain(obj)
+    read: list[tuple[str, str]] = []
+    for given, ours in RUNBOOK_FIELDS:
+        *given_parent, given_key = given.split(".")
+        source = _dig(rec, given_parent)
+        if source is None or given_key not in source:
+            continue
+        *our_parent, our_key = ours.split(".")
+        target = _dig(rec, our_parent, create=True)
+        if target is None:  # ours holds something else there: its own check names it
+            continue
+        value = source.pop(given_key)
+        if target.get(our_key) is None:
+            target[our_key] = value
+        elif value is not None and _canonical(target[our_key]) != _canonical(value):
+            raise _bad(given, f"{_short(value)} differs from {ours} ({_short(target[our_key])}); both name one "
+                       "field: give it once")
+        read.append((ours, given))
+    return rec, read
+
+
+def _as_written(message: str, read: Sequence[tuple[str, str]]) -> str:
+    """``message`` with the paths of ours replaced by the names the record was written with."""
+    for ours, given in sorted(read, key=lambda pair: -len(pair[0])):
+        message = re.sub(rf"(?<![\w.]){re.escape(ours)}(?!\w)", given, message)
+    return message
+
+
+def _leaves(value: object, path: str) -> Iterator[tuple[str, Any]]:
+    """``(path, value)`` of every field under ``value`` that is no non-empty object, in order."""
+    if isinstance(value, Mapping) and value:
+        for key, item in value.items():
+            yield from _leaves(item, _join(path, str(key)))
+    else:
+        yield path, value
+
+
+def _ours_path(path: str) -> str:
+    """A path written in the runbook shape as the path of ours it is read as (other paths unchanged)."""
+    for given, ours in RUNBOOK_FIELDS:
+        if path == given or path.startswith(given + "."):
+            return ours + path[len(given):]
+    return path
+
+
+def _read_as(path: str) -> str | None:
+    """The field of ours a field written at ``path`` is read as; None for a field llmslo does not know."""
+    ours = _ours_path(path)
+    at = ""
+    for part in ours.split("."):
+        if at in _FREE_MAPS or at not in _SCHEMA:
+            return ours
+        if part not in _SCHEMA[at]:
+            return None
+        at = _join(at, part)
+    return ours
+
+
+def _near(key: str, path: str) -> str | None:
+    """A known key of the object at ``path`` (ours or the runbook's) that ``key`` resembles."""
+    names = list(_SCHEMA.get(path, ()))
+    names += [given.rsplit(".", 1)[-1] for given, ours in RUNBOOK_FIELDS
+              if _ours_path(given).rpartition(".")[0] == path]
+    near = difflib.get_close_matches(key, [n for n in names if n not in ("derived", "given")], n=1)
+    return near[0] if near else None
+
+
+def _unknown(value: object, path: str) -> list[tuple[str, Any, str | None]]:
+    """``(path, value, near miss)`` of each key under ``value`` (the object at ``path``) llmslo does not read."""
+    if path in _FREE_MAPS or path not in _SCHEMA or not isinstance(value, Mapping):
+        return []
+    out: list[tuple[str, Any, str | None]] = []
+    for key, item in value.items():
+        where = _join(path, key)
+        out += _unknown(item, where) if key in _SCHEMA[path] else [(where, item, _near(key, path))]
+    return out
+
+
+def _written_path(path: str, given: Mapping[str, Any]) -> str:
+    """``path`` (ours) as the runbook-shaped record ``given`` wrote it."""
+    for written, ours in RUNBOOK_FIELDS:
+        if path == ours or path.startswith(ours + "."):
+            candidate = written + path[len(ours):]
+            parent = _dig(_plain(given), candidate.split(".")[:-1])
+            if parent is not None and candidate.rsplit(".", 1)[-1] in parent:
+                return candidate
+    return path
 
 
 def _lone_surrogate(value: object, path: str) -> RolloutInputError | None:
@@ -653,13 +968,32 @@ def _has_table(con: duckdb.DuckDBPyConnection) -> bool:
     return True
 
 
+def _overlap_ends(overlap: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """The overlap's ends, one computed from the other and the duration where only one is given."""
+    lo, hi, length = overlap.get("from_unix_s"), overlap.get("to_unix_s"), overlap.get("duration_s")
+    if length is not None and lo is not None and hi is None:
+        hi = lo + length
+    elif length is not None and hi is not None and lo is None:
+        lo = hi - length
+    return lo, hi
+
+
+def _times_may_be_null(con: duckdb.DuckDBPyConnection) -> None:
+    """Let a table made before records could leave out their times hold a record without them."""
+    rows = con.sql("SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND NOT is_nullable "
+                   "AND column_name IN ('started_unix_s', 'ended_unix_s')", params=[UPDATES_TABLE]).fetchall()
+    for (name,) in rows:
+        con.execute(f"ALTER TABLE {UPDATES_TABLE} ALTER COLUMN {name} DROP NOT NULL")
+
+
 def _update(rec: Mapping[str, Any], recorded_unix_s: float | None) -> UpdateRecord:
     drain, impact = rec.get("drain") or {}, rec.get("impact") or {}
     overlap, batch, rollback = rec.get("overlap") or {}, rec.get("batch") or {}, rec.get("rollback")
+    overlap_from, overlap_to = _overlap_ends(overlap)
     return UpdateRecord(
         update_id=rec["update_id"], from_version=rec["versions"]["from"], to_version=rec["versions"]["to"],
         started_unix_s=rec["started_unix_s"], ended_unix_s=rec["ended_unix_s"],
-        overlap_from_unix_s=overlap.get("from_unix_s"), overlap_to_unix_s=overlap.get("to_unix_s"),
+        overlap_from_unix_s=overlap_from, overlap_to_unix_s=overlap_to,
         batch_index=batch.get("index"), batches=batch.get("of"), wait_budget_s=drain.get("wait_budget_s"),
         actual_drain_s=drain.get("actual_drain_s"), unregister_settle_s=drain.get("unregister_settle_s"),
         terminated=impact.get("terminated"), timed_out=impact.get("timed_out"), requeued=impact.get("requeued"),
@@ -686,6 +1020,7 @@ def _write(con: duckdb.DuckDBPyConnection, updates: list[tuple[str, UpdateRecord
     try:
         con.execute(updates_ddl())
         _has_table(con)
+        _times_may_be_null(con)
         marks = ", ".join("?" * len(_COLUMN_NAMES))
         for where, update in updates:
             rows = con.execute(f"SELECT record_json, recorded_unix_s FROM {UPDATES_TABLE} WHERE update_id = ?",
