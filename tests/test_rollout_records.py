@@ -444,6 +444,9 @@ def test_hostile_strings_are_shown_literally(tmp_path: Path) -> None:
 def test_the_documented_example_is_the_fixture_and_is_valid() -> None:
     doc = (Path(__file__).resolve().parents[1] / "docs" / "rollouts.md").read_text()
     blocks = [b.split("```")[0] for b in doc.split("```json\n")[1:]]
-    (example,) = [json.loads(b) for b in blocks]
+    example, runbook = [json.loads(b) for b in blocks]
     assert example == _example()
     assert validate_update(example)["update_id"] == example["update_id"]
+    runbook_file = EXAMPLE.with_name("update_runbook.json")
+    assert doc.split("```json\n")[2].split("```")[0] == runbook_file.read_text()  # the text, as the issue quoted it
+    assert validate_update(runbook)["given"] == runbook
