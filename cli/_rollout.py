@@ -251,7 +251,7 @@ def _impact_rows(rec: dict[str, Any]) -> list[tuple[str, str]]:
 def _metrics_table(rec: dict[str, Any]) -> Table | None:
     from rich.table import Table
 
-    from llmslo.analysis.rollout._records import METRIC_KEYS
+    from llmslo.analysis.rollout import METRIC_KEYS
 
     m = rec.get("metrics")
     if m is None:

@@ -10,6 +10,7 @@ require("llmslo.analysis.rollout", "duckdb", "numpy", "scipy")
 # isort: split
 # ---- update records (analysis/rollout/_records.py) ---------------------------------------------------
 from llmslo.analysis.rollout._records import (
+    METRIC_KEYS,
     UPDATES_TABLE,
     RecordedUpdate,
     RolloutInputError,
@@ -68,6 +69,7 @@ __all__: list[str] = [
     "DurationFit",
     "LATENCY_METRICS",
     "LatencySummary",
+    "METRIC_KEYS",
     "MIN_LATENCY_CHANGE",
     "MIN_RATE_DIFFERENCE",
     "MIN_SIDE_COUNT",
