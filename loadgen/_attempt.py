@@ -48,12 +48,13 @@ from typing import Any
 import httpx
 
 from llmslo.loadgen._behaviour import RequestPlan
-from llmslo.telemetry import REJECT_REASONS
 from llmslo.telemetry._openai_stream import (
     SseParser,
     SseTooLarge,
     bounded_text,
+    classify_error,
     classify_finish,
+    classify_status,
     read_event,
     read_reply,
 )
@@ -264,25 +265,11 @@ class Attempt:
             self.finish_reason, self.error_type = "error", "truncated"
 
     def _classify_status(self, body: bytes | None) -> None:
-        status = self.status or 0
-        kind = _error_type_of(body)
-        if status in (429, 503) and kind in REJECT_REASONS:
-            self.finish_reason, self.reject_reason = "rejected", kind
-        elif kind == "deadline":  # the server's deadline before any token: a queue timeout (429), a 504
-            self.finish_reason = "deadline"
-        elif status == 429:
-            self.finish_reason, self.reject_reason = "rejected", "rate_limited"
-        else:
-            self.finish_reason, self.error_type = "error", f"http_{status}"
+        self.finish_reason, self.reject_reason, self.error_type = classify_status(self.status or 0,
+                                                                                  _error_type_of(body))
 
     def _classify_error_event(self) -> None:
-        kind = self.server_error
-        if kind == "server_draining":
-            self.finish_reason = "server_draining"
-        elif kind == "deadline":
-            self.finish_reason = "deadline"
-        else:
-            self.finish_reason, self.error_type = "error", "stream_error"
+        self.finish_reason, self.error_type = classify_error(self.server_error or "")
 
     def _classify_finish(self, reason: str) -> None:
         self.finish_reason, self.error_type, self.unknown_finish = classify_finish(reason)
