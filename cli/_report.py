@@ -283,10 +283,12 @@ def report(
 
 
 def _default_trace() -> Path | None:
+    """The Azure trace the demo replays when no --trace is given: under ``LLMSLO_REAL_DATA`` when that is set
+    (and only there), else under ``../shared/real_data`` beside the checkout or the working folder; None (the
+    demo's synthetic arrivals) when there is none."""
     env = os.environ.get("LLMSLO_REAL_DATA")
-    roots = [Path(env)] if env else []
     here = Path(__file__).resolve().parents[1]
-    roots += [here.parent / "shared" / "real_data", Path.cwd().parent / "shared" / "real_data"]
+    roots = [Path(env)] if env else [here.parent / "shared" / "real_data", Path.cwd().parent / "shared" / "real_data"]
     for root in roots:
         candidate = root / "azure" / "AzureLLMInferenceTrace_conv.csv"
         if candidate.is_file():
@@ -300,7 +302,8 @@ def demo(
                                      "previous demo store).")] = Path("llmslo-demo.duckdb"),
     trace: Annotated[Path | None, typer.Option(
         "--trace", help="Azure LLM inference trace CSV for arrivals and lengths (default: "
-        "../shared/real_data/azure/AzureLLMInferenceTrace_conv.csv when present, else synthetic)")] = None,
+        "azure/AzureLLMInferenceTrace_conv.csv under $LLMSLO_REAL_DATA, else under ../shared/real_data, when "
+        "present; else synthetic arrivals, and the demo's first line says which ran)")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Random seed of the simulation.")] = 0,
     ttft: TtftOption = None,
     tpot: TpotOption = None,

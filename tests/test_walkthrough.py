@@ -434,6 +434,20 @@ def test_the_demo_says_its_fixed_start_and_the_squeezed_burst_beside_the_trace_i
     assert first == 1_700_000_000.0 - 1_700_000_000.0 % 300  # the windows start where the note says
 
 
+def test_the_demo_without_real_data_runs_on_synthetic_arrivals_and_says_so(workdir: Path) -> None:
+    """A clone with no ../shared/real_data beside it (here: LLMSLO_REAL_DATA names an empty folder) still runs
+    the README's demo, on synthetic arrivals, and its first line says which workload ran."""
+    (workdir / "empty").mkdir()
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "LLMSLO_REAL_DATA": str(workdir / "empty")}
+    res = subprocess.run([str(_llmslo()), "demo", "--db", "demo.duckdb", "--json"], cwd=workdir, env=env,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr
+    first = flat(res.stderr.splitlines()[0] if res.stderr else "")
+    assert first.startswith("simulating the workload (synthetic arrivals: no trace found; Poisson at 5 req/s")
+    assert "AzureLLMInferenceTrace" not in res.stderr
+    assert json.loads(res.stdout)["totals"]["attempted"] > 0
+
+
 def test_the_synthetic_demo_says_the_same_of_its_poisson_arrivals() -> None:
     from llmslo.analysis.workload import demo_workload_note
 
