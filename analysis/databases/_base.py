@@ -19,11 +19,13 @@ store, a DuckDB view over Parquet files and a ClickHouse database all answer to 
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -83,6 +85,21 @@ def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+@functools.lru_cache(maxsize=256)
+def quantile_decimal(q: float) -> str:
+    """The shortest round-trip decimal form of the fraction ``q``, never in exponent form (``"0.99"``).
+
+    As a SQL literal it is a DECIMAL, which DuckDB's ``quantile_disc`` turns into an index with exact
+    integer arithmetic. Raises ``ValueError`` unless ``0 < q < 1``.
+    """
+    qf = float(q)
+    if not (math.isfinite(qf) and 0.0 < qf < 1.0):
+        raise ValueError(f"quantile must be strictly between 0 and 1, got {q!r}")
+    text = format(Decimal(repr(qf)), "f")  # shortest round-trip decimal, never in exponent form
+    whole, digits = text.split(".", 1)
+    return f"{whole}.{digits.rstrip('0')}"
+
+
 class Dialect:
     """The SQL of the report's primitives, as DuckDB writes it (see the module docstring).
 
@@ -136,6 +153,15 @@ class Dialect:
         qs = ", ".join(repr(q) for q in quantiles)
         where = f" FILTER (WHERE {cond})" if cond is not None else ""
         return f"quantile_cont({expr}, [{qs}]){where}"
+
+    def nearest_rank_quantiles(self, expr: str, quantiles: Sequence[float], cond: str | None = None) -> str:
+        """A list of nearest-rank quantiles of ``expr`` (docs/definitions.md, "Quantiles"): for ``n`` values and
+        each ``q``, the value of rank ``ceil(n q)`` in ascending order (the inverse empirical distribution
+        function, always an observed value; the rank is computed in exact integer arithmetic). NULL or NaNs
+        without values; over the rows where ``cond`` holds when given."""
+        qs = ", ".join(quantile_decimal(q) for q in quantiles)  # DECIMAL fractions: an exact rank
+        where = f" FILTER (WHERE {cond})" if cond is not None else ""
+        return f"quantile_disc({expr}, [{qs}]){where}"
 
     def distinct_sorted(self, expr: str) -> str:
         """The sorted distinct non-null values of ``expr`` in a group, as a list."""

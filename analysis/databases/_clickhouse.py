@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from llmslo.analysis.databases._base import Database, Dialect, TimeRange, _quote
+from llmslo.analysis.databases._base import Database, Dialect, TimeRange, _quote, quantile_decimal
 from llmslo.analysis.store import SUMMARY_TABLE, ClickHouseClient, ClickHouseStore
 
 if TYPE_CHECKING:
@@ -73,6 +73,15 @@ class ClickHouseDialect(Dialect):
         if cond is None:
             return f"quantilesExactInclusive({qs})({expr})"
         return f"quantilesExactInclusiveIf({qs})({expr}, {cond})"
+
+    def nearest_rank_quantiles(self, expr: str, quantiles: Sequence[float], cond: str | None = None) -> str:
+        # rank ceil(n k / D) for q = k / D, in integers; the sorted values are bound once by a one-element map
+        scale = 10 ** max(len(quantile_decimal(q).split(".", 1)[1]) for q in quantiles)
+        ks = ", ".join(str(round(float(quantile_decimal(q)) * scale)) for q in quantiles)
+        values = f"groupArrayIf({expr}, {cond})" if cond is not None else f"groupArray({expr})"
+        pick = (f"arrayMap(__nr_k -> if(length(__nr_s) = 0, nan, toFloat64(__nr_s[toUInt64(intDiv(length(__nr_s) * "
+                f"__nr_k + {scale - 1}, {scale}))])), [{ks}])")
+        return f"arrayMap(__nr_s -> {pick}, [arraySort({values})])[1]"
 
     def distinct_sorted(self, expr: str) -> str:
         return f"arraySort(groupUniqArray({expr}))"

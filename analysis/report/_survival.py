@@ -56,13 +56,13 @@ Computation (all in SQL; no row reaches Python).
 from __future__ import annotations
 
 import functools
-import math
 import re
 from collections.abc import Sequence
-from decimal import Decimal
 from typing import TYPE_CHECKING
 
 import duckdb
+
+from llmslo.analysis.databases._base import quantile_decimal
 
 if TYPE_CHECKING:
     import polars as pl
@@ -102,21 +102,6 @@ def quantile_label(q: float) -> str:
     """
     digits = quantile_decimal(q).split(".", 1)[1]
     return "p" + digits.ljust(2, "0")
-
-
-@functools.lru_cache(maxsize=256)
-def quantile_decimal(q: float) -> str:
-    """The shortest round-trip decimal form of the fraction ``q``, never in exponent form (``"0.99"``).
-
-    As a SQL literal it is a DECIMAL, which DuckDB's ``quantile_disc`` turns into an index with exact
-    integer arithmetic. Raises ``ValueError`` unless ``0 < q < 1``.
-    """
-    qf = float(q)
-    if not (math.isfinite(qf) and 0.0 < qf < 1.0):
-        raise ValueError(f"quantile must be strictly between 0 and 1, got {q!r}")
-    text = format(Decimal(repr(qf)), "f")  # shortest round-trip decimal, never in exponent form
-    whole, digits = text.split(".", 1)
-    return f"{whole}.{digits.rstrip('0')}"
 
 
 def inverse_cdf_max_n(quantiles: Sequence[float]) -> int:
