@@ -3,14 +3,17 @@
 The module's imports stay light (typer and the standard library): ``llmslo --help`` must not load the
 server, uvicorn or the analysis stack. The command builds a :class:`llmslo.server.ServerConfig` from its
 flags (a bad value exits 2 naming the flag), chooses the summary writer (``--db``: the store's
-``DuckDBSummaryWriter``, which needs the ``analysis`` extra; ``--jsonl``: ``JsonlWriter``) and runs the
-server until SIGTERM has drained it.
+``DuckDBSummaryWriter``, which needs the ``analysis`` extra; ``--jsonl``: ``JsonlWriter``) and the journal
+(``--journal``: by default ``<the summaries' path>.journal`` beside them), and runs the server until SIGTERM
+has drained it.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -69,6 +72,53 @@ def _writer(db: Path | None, jsonl: Path | None) -> SummaryWriter | None:
         if jsonl.exists() and not jsonl.is_dir():
             raise _fail(f"--jsonl: {jsonl} exists and is not a folder", EXIT_INPUT)
         return JsonlWriter(jsonl)
+    return None
+
+
+JOURNAL_SUFFIX = ".journal"
+"""The default journal of ``--db FILE`` / ``--jsonl DIR``: ``FILE.journal`` / ``DIR.journal``, beside them."""
+
+
+def _journal(flag_value: str | None, db: Path | None, jsonl: Path | None, no_telemetry: bool) -> Path | None:
+    """The journal folder: ``--journal DIR``, none with ``--journal off``, else beside the summaries."""
+    output = db if db is not None else jsonl
+    if flag_value is not None and flag_value.strip().lower() == OFF:
+        return None
+    if flag_value is None:
+        return None if output is None or no_telemetry else output.with_name(output.name + JOURNAL_SUFFIX)
+    if no_telemetry:
+        raise _fail("--no-telemetry keeps no summaries: leave out --journal", EXIT_USAGE)
+    if not flag_value.strip():
+        raise _fail("--journal: give a folder, or 'off'", EXIT_USAGE)
+    if output is None:
+        raise _fail("--journal: the journal turns requests lost in a crash into summary rows; give --db or "
+                    "--jsonl for them too (or leave out --journal)", EXIT_USAGE)
+    folder = Path(flag_value)
+    if folder.exists() and not folder.is_dir():
+        raise _fail(f"--journal: {folder} exists and is not a folder", EXIT_INPUT)
+    return folder
+
+
+def _stored_in_db(db: Path, ids: Sequence[str]) -> Collection[str]:
+    """Those of ``ids`` already in the store ``db`` (none when it does not exist yet)."""
+    if not db.exists():
+        return set()
+    from llmslo.analysis.store import SUMMARY_TABLE, Store
+
+    with Store.open(db, create=False, read_only=True) as store:
+        rows = store.con.execute(f"SELECT request_id FROM {SUMMARY_TABLE} WHERE request_id IN "
+                                 "(SELECT unnest(CAST($ids AS VARCHAR[])))", {"ids": list(ids)}).fetchall()
+    return {r[0] for r in rows}
+
+
+def _stored(db: Path | None, jsonl: Path | None) -> Callable[[Sequence[str]], Collection[str]] | None:
+    """How the start's recovery finds the requests that already have a summary where the writer writes."""
+    if db is not None:
+        return functools.partial(_stored_in_db, db)
+    if jsonl is not None:
+        from llmslo.telemetry import stored_in_jsonl
+
+        return functools.partial(stored_in_jsonl, jsonl)
     return None
 
 
@@ -188,6 +238,11 @@ def serve_command(
         show_default=False)] = None,
     jsonl: Annotated[Path | None, typer.Option(
         "--jsonl", help="Write the request summaries as JSONL files into this folder.", show_default=False)] = None,
+    journal: Annotated[str | None, typer.Option(
+        "--journal", help="Folder of the write-ahead journal of requests, so a crash loses none: at the next "
+        "start each request left without a summary gets a row (error, server_crash). Default: beside the "
+        "summaries (--db FILE: FILE.journal, --jsonl DIR: DIR.journal); 'off' keeps none.",
+        show_default=False)] = None,
     no_telemetry: Annotated[bool, typer.Option(
         "--no-telemetry", help="For the overhead benchmark only: the same engine and HTTP work with no "
         "telemetry and no controls (no metrics, no summaries, no admission queue, no drain).")] = False,
@@ -197,15 +252,17 @@ def serve_command(
     Routes: POST /v1/completions and /v1/chat/completions (streamed as server-sent events with stream:
     true), GET /v1/models, /metrics, /health, /ready. The engine batches continuously with a KV-block
     budget; its step times are fitted to measured A100/H100 runs. Every request gets one summary row
-    (--db or --jsonl). Prints 'serving MODEL on http://HOST:PORT' when ready. On SIGTERM: /ready goes
-    503, new requests get 503 draining, in-flight requests finish or are closed by the drain, the
-    summaries are flushed, and the process exits 0, printing one line per step on standard error (the
-    settle, the requests drained, the streams closed, the exit). See docs/server.md.
+    (--db or --jsonl); a journal beside them keeps every request until its row is written, and the next
+    start turns those a crash left into rows (--journal). Prints 'serving MODEL on http://HOST:PORT' when
+    ready. On SIGTERM: /ready goes 503, new requests get 503 draining, in-flight requests finish or are
+    closed by the drain, the summaries are flushed, and the process exits 0, printing one line per step on
+    standard error (the settle, the requests drained, the streams closed, the exit). See docs/server.md.
     """
     if db is not None and jsonl is not None:
         raise _fail("--db and --jsonl: choose one place for the summaries", EXIT_USAGE)
     if no_telemetry and (db is not None or jsonl is not None):
         raise _fail("--no-telemetry keeps no summaries: leave out --db and --jsonl", EXIT_USAGE)
+    journal_dir = _journal(journal, db, jsonl, no_telemetry)
     if importlib.util.find_spec("uvicorn") is None:
         raise _fail(SERVE_HINT, EXIT_INPUT)
     from llmslo.server import ServerConfig, run_server
@@ -233,14 +290,16 @@ def serve_command(
             drain_record=drain_record, next_version=next_version, update_id=update_id,
             slo_ttft_s=_threshold("slo-ttft", slo_ttft, DEFAULT_TTFT_S),
             slo_tpot_s=_threshold("slo-tpot", slo_tpot, DEFAULT_TPOT_S),
-            telemetry=not no_telemetry)
+            telemetry=not no_telemetry, journal=journal_dir)
     except LlmsloError as exc:
         raise _fail(str(exc), EXIT_USAGE) from None
     writer = _writer(db, jsonl)
     try:
-        result = run_server(config, writer=writer, on_ready=_announce, say=_progress)
+        result = run_server(config, writer=writer, on_ready=_announce, say=_progress, stored=_stored(db, jsonl))
     except OSError as exc:
         raise _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", EXIT_INPUT) from None
+    except LlmsloError as exc:  # the journal: in use by another process, or its rows could not be written
+        raise _fail(str(exc), EXIT_INPUT) from None
     dropped = sum(result.summaries_dropped.values())
     if dropped:
         sys.stderr.write(f"llmslo serve: {dropped} request summaries could not be written "

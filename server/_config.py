@@ -98,6 +98,9 @@ class ServerConfig:
     slo_tpot_s: float | None = 0.1
     telemetry: bool = True
     """False: the no-telemetry mode of the overhead benchmark (no telemetry, no controls)."""
+    journal: Path | None = None
+    """The folder of the write-ahead journal of requests (None: none kept). At start its requests left without
+    a summary by a crash are recovered into the summary writer; see ``docs/server.md``."""
 
     def __post_init__(self) -> None:
         self._check_text()
@@ -140,6 +143,9 @@ class ServerConfig:
             raise _bad("rate_burst", "needs --rate-limit", self.rate_burst)
         if self.token_burst is not None and self.token_rate_limit is None:
             raise _bad("token_burst", "needs --token-rate-limit", self.token_burst)
+        if self.journal is not None and not self.telemetry:
+            raise ConfigurationError("--journal: --no-telemetry keeps no summaries, so there is nothing to journal: "
+                                     "leave out one of them")
         if self.drain_record is not None and not self.next_version:
             raise ConfigurationError("--drain-record: needs --next-version, the version that replaces this one "
                                      "(an update record names both)")

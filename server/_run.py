@@ -12,6 +12,11 @@ the engine stops, the summary sink is flushed and closed, the drain record is wr
 0. A second signal during a drain ends every request still in flight (``server_draining``) at once.
 Each step is said in one line (``run_server(..., say=...)``; ``llmslo serve`` prints them on standard error).
 uvicorn is imported here, on first use (the ``serve`` extra).
+
+With a journal (``ServerConfig.journal``) every request is journaled from its arrival until its summary is
+written (:class:`llmslo.telemetry.Journal`). Before serving, the requests an earlier process left in the journal
+without a summary (it was killed, it crashed) are turned into summary rows through the same writer
+(:func:`llmslo.telemetry.recover_journal`), and that step is said too when there was anything to recover.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +36,17 @@ from typing import TYPE_CHECKING, Any
 from llmslo.controls import DrainRecord
 from llmslo.server._app import ServerApp
 from llmslo.server._config import ServerConfig
-from llmslo.telemetry import SloPolicy, SummarySink, SummaryWriter, Telemetry
+from llmslo.telemetry import (
+    Journal,
+    JournalInUse,
+    LlmsloError,
+    RecoveryReport,
+    SloPolicy,
+    SummarySink,
+    SummaryWriter,
+    Telemetry,
+    recover_journal,
+)
 from llmslo.telemetry._files import create_temporary
 
 if TYPE_CHECKING:
@@ -43,6 +58,16 @@ SINK_CLOSE_S = 10.0
 """The longest wait for the summary sink's last writes at exit (seconds)."""
 HANDLERS_FINISH_S = 5.0
 """After the drain, the longest wait for the handlers to send their last events (seconds)."""
+JOURNAL_CLOSE_S = 5.0
+"""The longest wait for the journal's thread at exit (seconds); its last batch is written after it."""
+SHARED_JOURNAL = "two servers cannot share a journal: give each its own --journal DIR"
+
+StoredIds = Callable[[Sequence[str]], Collection[str]]
+"""Given request ids, those that already have a summary where the writer writes (recovery skips them)."""
+
+
+class JournalError(LlmsloError):
+    """The journal could not be opened or recovered (in use by another process, a failed write)."""
 
 
 @dataclass
@@ -53,6 +78,8 @@ class RunResult:
     drains: list[DrainRecord] = field(default_factory=list)
     summaries_written: int = 0
     summaries_dropped: dict[str, int] = field(default_factory=dict)
+    recovery: RecoveryReport | None = None
+    """What the start recovered from the journal (None without one)."""
 
 
 def listening_socket(host: str, port: int, send_buffer: int) -> socket.socket:
@@ -99,27 +126,79 @@ def _server_class() -> type[uvicorn.Server]:
     return QuietSignals
 
 
-def make_telemetry(config: ServerConfig, writer: SummaryWriter | None) -> tuple[Telemetry, SummarySink | None]:
+def make_telemetry(config: ServerConfig, writer: SummaryWriter | None,
+                   journal: Journal | None = None) -> tuple[Telemetry, SummarySink | None]:
     """The telemetry of a run: the SLO policy of ``--slo-ttft`` / ``--slo-tpot``, the version, a summary sink
-    writing through ``writer`` (None: no summaries kept)."""
+    writing through ``writer`` (None: no summaries kept), the journal (None: none)."""
     sink = SummarySink(writer) if writer is not None else None
     policy = SloPolicy(ttft_s=config.slo_ttft_s, tpot_s=config.slo_tpot_s)
-    return Telemetry(policies=[policy], version=config.version, sink=sink), sink
+    return Telemetry(policies=[policy], version=config.version, sink=sink, journal=journal), sink
+
+
+def recover_at_start(config: ServerConfig, writer: SummaryWriter | None,
+                     stored: StoredIds | None = None) -> RecoveryReport | None:
+    """Turn the requests an earlier process left open in ``config.journal`` into summary rows through
+    ``writer`` (``stored``: which ids already have one there); None without a journal or a writer (then the
+    entries stay in the journal). Raises :class:`JournalError` saying what failed (nothing changed then)."""
+    if config.journal is None or writer is None or not config.telemetry:
+        return None
+
+    def write(rows: list[dict[str, object]]) -> None:
+        writer.write(rows)
+
+    try:
+        return recover_journal(config.journal, write, stored=stored)
+    except JournalInUse as exc:
+        raise JournalError(f"--journal: {exc}: {SHARED_JOURNAL}") from None
+    except LlmsloError as exc:
+        raise JournalError(f"--journal: {exc}") from None
+    except Exception as exc:  # the writer's failure (a locked store, a full disk)
+        raise JournalError(f"--journal: the rows recovered from {config.journal} could not be written ({exc}); "
+                           "the journal is kept as it was") from None
+
+
+def open_journal(config: ServerConfig) -> Journal | None:
+    """The journal of a run (None without ``config.journal`` or telemetry). Raises :class:`JournalError`."""
+    if config.journal is None or not config.telemetry:
+        return None
+    try:
+        return Journal(config.journal)
+    except JournalInUse as exc:
+        raise JournalError(f"--journal: {exc}: {SHARED_JOURNAL}") from None
+    except LlmsloError as exc:
+        raise JournalError(f"--journal: {exc}") from None
+    except OSError as exc:
+        raise JournalError(f"--journal: cannot write {config.journal}: {exc.strerror or exc}") from None
 
 
 def run_server(config: ServerConfig, *, writer: SummaryWriter | None = None,
-               on_ready: Callable[[str], None] = print, say: Callable[[str], None] | None = None) -> RunResult:
+               on_ready: Callable[[str], None] = print, say: Callable[[str], None] | None = None,
+               stored: StoredIds | None = None) -> RunResult:
     """Serve ``config`` until a signal has drained it (see the module docstring); the result.
 
     ``writer`` receives the request summaries (``JsonlWriter``, ``DuckDBSummaryWriter``; ignored without
     telemetry); ``on_ready`` is called once with ``serving MODEL on http://HOST:PORT`` when the server
     accepts connections; ``say`` (when given) with one line per step of a drain and one at the exit (see
-    :class:`_Run`), so a person watching knows the server has not hung. Raises ``OSError`` when the socket
-    cannot be bound (nothing else started then).
+    :class:`_Run`), so a person watching knows the server has not hung, and with what the journal's
+    recovery did, when it found anything. ``stored(ids)`` says which request ids already have a summary
+    where ``writer`` writes (recovery writes no second row for them; a writer that skips known ids itself
+    needs none). Raises ``OSError`` when the socket cannot be bound and :class:`JournalError` when the
+    journal cannot be recovered or opened (nothing else started then).
     """
+    say = say or _silent
     sock = listening_socket(config.host, config.port, config.send_buffer)
     try:
-        return asyncio.run(_serve(config, sock, writer, on_ready, say or _silent))
+        report = recover_at_start(config, writer, stored)
+        if report is not None and (report.recovered or report.already_stored or report.torn_lines):
+            say(f"journal {config.journal}: {report.message()}")
+        journal = open_journal(config)
+        try:
+            result = asyncio.run(_serve(config, sock, writer, on_ready, say, journal))
+        finally:
+            if journal is not None:
+                journal.close(timeout_s=JOURNAL_CLOSE_S)
+        result.recovery = report
+        return result
     finally:
         sock.close()
 
@@ -239,10 +318,11 @@ class _Run:
 
 
 async def _serve(config: ServerConfig, sock: socket.socket, writer: SummaryWriter | None,
-                 on_ready: Callable[[str], None], say: Callable[[str], None] = _silent) -> RunResult:
+                 on_ready: Callable[[str], None], say: Callable[[str], None] = _silent,
+                 journal: Journal | None = None) -> RunResult:
     import uvicorn
 
-    tel, sink = make_telemetry(config, writer) if config.telemetry else (None, None)
+    tel, sink = make_telemetry(config, writer, journal) if config.telemetry else (None, None)
     app = ServerApp(config, tel)
     uv = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False,
                         http=_protocol(config.send_buffer), timeout_graceful_shutdown=int(HANDLERS_FINISH_S))

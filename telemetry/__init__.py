@@ -2,8 +2,8 @@
 
 Two halves. The **contracts** (the summary schema, the metric name catalogue, the SLO policy, bucket
 bounds, durations, errors) load eagerly and need only the standard library: the analysis, the rules and
-the dashboards read them. The **runtime** (lifecycle, metrics, exposition, sink, streams, spans, GPU
-sampler, the ASGI middleware) loads on first use of one of its names (PEP 562), so a contract user never
+the dashboards read them. The **runtime** (lifecycle, metrics, exposition, sink, journal, streams, spans,
+GPU sampler, the ASGI middleware) loads on first use of one of its names (PEP 562), so a contract user never
 loads prometheus-client. Nothing here loads polars, duckdb, pyarrow, scipy, numpy, typer, streamlit or
 OpenTelemetry (the summary sink's DuckDB and Parquet writers live in ``llmslo.analysis.store``;
 :class:`RequestTracing` imports OpenTelemetry when it is constructed).
@@ -68,16 +68,23 @@ from llmslo.telemetry._summary import (
 )
 
 _RUNTIME: dict[str, str] = {
+    "CRASH_ERROR_TYPE": "_journal",
     "FORBIDDEN_LABELS": "_labels",
     "GpuSample": "_gpu",
     "GpuSampler": "_gpu",
     "Guard": "_guard",
+    "Journal": "_journal",
+    "JournalEntry": "_journal",
+    "JournalInUse": "_journal",
+    "JournalState": "_journal",
     "JsonlWriter": "_sink",
     "LabelPolicy": "_labels",
     "LlmsloMiddleware": "_middleware",
     "MetricsServer": "_exposition",
     "MiddlewareConfig": "_middleware",
     "OtlpExport": "_otel",
+    "Progress": "_journal",
+    "RecoveryReport": "_journal",
     "RequestScope": "_lifecycle",
     "RequestTracing": "_otel",
     "RequestTracker": "_lifecycle",
@@ -92,11 +99,16 @@ _RUNTIME: dict[str, str] = {
     "Telemetry": "_lifecycle",
     "TelemetryMetrics": "_metrics",
     "TerminalRecord": "_streams",
+    "crash_row": "_journal",
+    "ensure_journal_free": "_journal",
     "current_tracker": "_lifecycle",
     "default_telemetry": "_middleware",
     "metrics_app": "_exposition",
+    "read_journal": "_journal",
+    "recover_journal": "_journal",
     "render_metrics": "_exposition",
     "simulate_stream": "_streams",
+    "stored_in_jsonl": "_journal",
 }
 """Runtime names and the private module each lives in, imported on first access."""
 
@@ -118,6 +130,20 @@ if typing.TYPE_CHECKING:
     from llmslo.telemetry._exposition import MetricsServer, metrics_app, render_metrics
     from llmslo.telemetry._gpu import GpuSample, GpuSampler, SampleSink
     from llmslo.telemetry._guard import Guard
+    from llmslo.telemetry._journal import (
+        CRASH_ERROR_TYPE,
+        Journal,
+        JournalEntry,
+        JournalInUse,
+        JournalState,
+        Progress,
+        RecoveryReport,
+        crash_row,
+        ensure_journal_free,
+        read_journal,
+        recover_journal,
+        stored_in_jsonl,
+    )
     from llmslo.telemetry._labels import FORBIDDEN_LABELS, LabelPolicy
     from llmslo.telemetry._lifecycle import RequestScope, RequestTracker, Telemetry, current_tracker
     from llmslo.telemetry._metrics import TelemetryMetrics
@@ -140,6 +166,7 @@ __all__ = [
     "COLUMNS_BY_NAME",
     "COLUMN_NAMES",
     "COUNT_COLUMNS",
+    "CRASH_ERROR_TYPE",
     "Column",
     "ConfigurationError",
     "DECODE_SQL",
@@ -155,6 +182,10 @@ __all__ = [
     "GpuSampler",
     "Guard",
     "INTERVAL_COLUMNS",
+    "Journal",
+    "JournalEntry",
+    "JournalInUse",
+    "JournalState",
     "JsonlWriter",
     "LABELS",
     "Label",
@@ -171,12 +202,14 @@ __all__ = [
     "OBSERVATION_DROP_REASONS",
     "OVERFLOW_VALUE",
     "OtlpExport",
+    "Progress",
     "RATE_LIMIT_FAIL_MODES",
     "RECORDING_RULES",
     "REJECT_REASONS",
     "RETRY_AFTER_BUCKETS_S",
     "RULES",
     "RecordingRule",
+    "RecoveryReport",
     "RejectReason",
     "RequestScope",
     "RequestTracing",
@@ -207,13 +240,18 @@ __all__ = [
     "VERSION_ERROR_RATIO",
     "VERSION_TTFT_P95",
     "Violation",
+    "crash_row",
     "current_tracker",
     "default_telemetry",
+    "ensure_journal_free",
     "format_duration",
     "metrics_app",
     "parse_duration",
+    "read_journal",
+    "recover_journal",
     "render_metrics",
     "simulate_stream",
+    "stored_in_jsonl",
     "tpot_s",
     "validate_summary",
 ]

@@ -24,7 +24,7 @@ import functools
 import inspect
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ParamSpec, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry
@@ -65,6 +65,20 @@ class Tracing(Protocol):
                     tpot: float | None) -> None: ...
 
 
+class RequestJournal(Protocol):
+    """What the lifecycle needs from a write-ahead journal (see :class:`llmslo.telemetry.Journal`)."""
+
+    def open_request(self, request_id: str, arrival_unix_s: float, model: str, version: str, tenant_class: str,
+                     prompt_tokens: int | None = None,
+                     progress: Callable[[], Sequence[object]] | None = None) -> None: ...
+
+    def end_request(self, request_id: str) -> None: ...
+
+    def close_request(self, request_id: str) -> None: ...
+
+    def close_rows(self, rows: Iterable[Mapping[str, object]]) -> None: ...
+
+
 class Telemetry:
     """The telemetry of one server process: configuration, metrics, summary sink, tracing.
 
@@ -79,6 +93,11 @@ class Telemetry:
       ``llmslo_summaries_dropped_total`` and its write failures on ``llmslo_internal_errors_total``.
     - ``tracing``: a tracer (e.g. :class:`RequestTracing`) or ``None``; one with ``attach(telemetry)`` is
       attached here (a :class:`RequestTracing` merges the policies' thresholds into its bucket advisories).
+    - ``journal``: a write-ahead journal of the requests (e.g. a :class:`Journal`) or ``None``. Each tracker
+      opens an entry at arrival (with a progress callable the journal reads on its own thread), ends it when
+      its summary is handed to the sink, and closes it once the summary is written: when the sink tells (a
+      :class:`SummarySink` does, through ``on_settled``), else at once. After a crash the entries left
+      open become summary rows (:func:`recover_journal`). One with ``attach(telemetry)`` is attached here.
     - ``version``: the server or model version recorded in every summary.
     - ``record_itl``: also put the token-weighted ITL gaps (seconds) into each summary's ``itl_s``.
     - ``clock_ns`` (monotonic nanoseconds) and ``clock_unix_s`` (wall-clock seconds): injectable clocks.
@@ -101,6 +120,7 @@ class Telemetry:
                  policies: Sequence[SloPolicy] = (SloPolicy(),),
                  sink: Sink | None = None,
                  tracing: Tracing | None = None,
+                 journal: RequestJournal | None = None,
                  version: str = "unknown",
                  record_itl: bool = False,
                  clock_ns: Callable[[], int] = time.monotonic_ns,
@@ -120,6 +140,10 @@ class Telemetry:
             raise ConfigurationError("Telemetry.version: must be a non-empty string")
         if sink is not None and not callable(sink):
             raise ConfigurationError("Telemetry.sink: must be callable with one summary dict")
+        if journal is not None and not all(callable(getattr(journal, m, None))
+                                           for m in ("open_request", "end_request", "close_request", "close_rows")):
+            raise ConfigurationError("Telemetry.journal: expected a Journal (open_request, end_request, "
+                                     f"close_request and close_rows), got {journal!r}")
         self.policies: dict[str, SloPolicy] = {p.name: p for p in policies}
         # the (slo_class, good) pairs a finished request reports, made once: indexed [name][good]
         self._verdict_keys: dict[str, tuple[tuple[tuple[str, bool]], tuple[tuple[str, bool]]]] = {
@@ -130,6 +154,10 @@ class Telemetry:
         self.registry = self.metrics.registry
         self.sink = sink
         self.tracing = tracing
+        self.journal = journal
+        self._journal_at_finish = False
+        """Whether a tracker closes its journal entry at its terminal state (the sink does not tell when it
+        wrote a summary)."""
         self.version = version
         self.record_itl = record_itl
         self.clock_ns = clock_ns
@@ -143,10 +171,16 @@ class Telemetry:
         self._live: dict[int, RequestTracker] = {}
         self._draining = False
         try:  # a RequestTracing sizes its buckets by the policies (it may refuse), a SummarySink counts here
-            for part in (tracing, sink):
+            for part in (tracing, sink, journal):
                 attach = getattr(part, "attach", None)
                 if callable(attach):
                     attach(self)
+            if journal is not None:
+                on_settled = getattr(sink, "on_settled", None)
+                if callable(on_settled):
+                    on_settled(journal.close_rows)  # closed once written (or counted dropped) by the sink
+                else:
+                    self._journal_at_finish = True
         except BaseException:
             self.registry.unregister(self.metrics)  # a refused configuration leaves the registry as it was
             raise
@@ -411,6 +445,13 @@ class RequestTracker:
         self.released = 0
         self.summary: SummaryRow | None = None
         tel._live[id(self)] = self
+        journal = tel.journal
+        if journal is not None:
+            try:
+                journal.open_request(self.request_id, self.arrival_unix_s, self.model, version, self.tenant_class,
+                                     self.prompt_tokens, self.journal_progress)
+            except Exception as exc:
+                tel.guard.error("journal.open", exc)
         if tel.tracing is not None:
             try:
                 self._span = tel.tracing.start_request(self)
@@ -516,6 +557,22 @@ class RequestTracker:
     def proposed_tokens(self) -> int:
         """Draft tokens proposed so far (as counted by ``commit``)."""
         return self._log.proposed
+
+    def journal_progress(self) -> tuple[int, int, int, float | None, float | None, float | None]:
+        """How far the request got, for a journal (read on its thread): prompt tokens, output tokens
+        generated and sent, and seconds since arrival to scheduled, first token and latest token (None where
+        not reached; the queue time never exceeds the first token's, as in the summary)."""
+        log = self._log
+        n = len(log)
+        generated = log.generated(n)
+        a = self.arrival_ns
+        first = (log.time_ns(0) - a) / 1e9 if n else None
+        last = (log.time_ns(n - 1) - a) / 1e9 if n else None
+        scheduled = self.scheduled_ns
+        queue = (scheduled - a) / 1e9 if scheduled is not None else None
+        if queue is not None and first is not None and queue > first:
+            queue = first
+        return self.prompt_tokens, generated, min(log.sent, generated), queue, first, last
 
     # ---- the terminal state ------------------------------------------------------------------------------
 
@@ -638,11 +695,22 @@ class RequestTracker:
                            (ttft, e2e, queue, self.client_ttft_s), tpot, itl,
                            (self.prompt_tokens, log.proposed, generated, sent), ex, tel.clock_unix_s()),
                           self.admitted_ns is not None, self.scheduled_ns is not None)
+        journal = tel.journal
+        if journal is not None and not tel._journal_at_finish:
+            try:  # in flight no more: a crash before the sink writes the row recovers it with the time before
+                journal.end_request(rid)
+            except Exception as exc:
+                tel.guard.error("journal.end", exc)
         if tel.sink is not None:
             try:
                 tel.sink(row)
             except Exception as exc:
                 tel.guard.error("sink", exc)
+        if journal is not None and tel._journal_at_finish:
+            try:
+                journal.close_request(rid)
+            except Exception as exc:
+                tel.guard.error("journal.close", exc)
         if tel.tracing is not None and self._span is not None:
             try:
                 tel.tracing.end_request(self._span, self, row, tpot)

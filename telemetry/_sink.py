@@ -17,6 +17,9 @@ does after ``close`` returned changes a count.
 
 Wiring. ``Telemetry(sink=sink)`` attaches the sink (:meth:`SummarySink.attach`): its drops are counted on
 that telemetry's metrics and its failures on its guard, so the wiring of the example below exports both.
+With a journal (``Telemetry(sink=sink, journal=...)``) the sink tells it which summaries are settled, written
+or counted dropped (:meth:`SummarySink.on_settled`): a summary still queued when the process dies stays open
+in the journal, and is recovered.
 
 The telemetry never imports the analysis package: a server that wants DuckDB passes the writer in.
 """
@@ -140,6 +143,7 @@ class SummarySink:
         self.written = 0
         self.dropped: dict[str, int] = {"queue_full": 0, "store_error": 0}
         self.store_errors = 0
+        self._listeners: list[Callable[[Sequence[Row]], object]] = []
         self._thread = threading.Thread(target=self._run, name="llmslo-summary-sink", daemon=True)
         self._thread.start()
 
@@ -149,6 +153,8 @@ class SummarySink:
         q = self._queue
         if len(q) >= self.capacity or self._stop.is_set():
             self._drop("queue_full", 1)
+            if self._listeners:
+                self._settled((row,))
             return
         q.append(row)
         if self._final:  # close finished between the check above and the append: count it here
@@ -173,6 +179,20 @@ class SummarySink:
                 earlier, self.guard = self.guard.error_count, telemetry.guard
                 if earlier:
                     self._count_safely(lambda: telemetry.metrics.count(N.INTERNAL_ERRORS.key, None, earlier))
+
+    def on_settled(self, listener: Callable[[Sequence[Row]], object]) -> None:
+        """Call ``listener(rows)`` with the summaries of each batch once it is written, and with those counted
+        dropped once they are (each summary exactly once; on the writer thread, or on the caller's for a
+        summary refused at the door). A journal listens so (``Telemetry(journal=...)``): what is settled needs
+        no recovery. A listener that raises is counted on the guard."""
+        self._listeners.append(listener)
+
+    def _settled(self, rows: Sequence[Row]) -> None:
+        for listener in self._listeners:
+            try:
+                listener(rows)
+            except Exception as exc:
+                self.guard.error("sink.listener", exc)
 
     @property
     def queued(self) -> int:
@@ -200,22 +220,23 @@ class SummarySink:
         except Exception as exc:
             self.guard.error("sink.drop", exc)
 
-    def _drain_locked(self) -> int:
-        """Empty the queue; how many summaries it held (each popped, so a concurrent append is never lost)."""
+    def _drain_locked(self) -> list[Row]:
+        """Empty the queue; the summaries it held (each popped, so a concurrent append is never lost)."""
         q = self._queue
-        n = 0
+        rows: list[Row] = []
         try:
             while True:
-                q.popleft()
-                n += 1
+                rows.append(q.popleft())
         except IndexError:
-            return n
+            return rows
 
     def _reclaim(self) -> None:
         with self._lock:
-            n = self._drain_locked()
-            if n:
-                self._drop_locked("queue_full", n)
+            rows = self._drain_locked()
+            if rows:
+                self._drop_locked("queue_full", len(rows))
+        if rows and self._listeners:
+            self._settled(rows)
 
     # ---- the writer thread -----------------------------------------------------------------------------
 
@@ -262,14 +283,20 @@ class SummarySink:
             if not batch:
                 return True
             ok = self._write(batch)
+            lost: list[Row] = []
             with self._lock:
                 self._inflight = []
                 if self._final:
                     return False
                 if not ok:
-                    self._drop_locked("store_error", len(batch) + self._drain_locked())
-                    return False
-                self.written += len(batch)
+                    lost = batch + self._drain_locked()
+                    self._drop_locked("store_error", len(lost))
+                else:
+                    self.written += len(batch)
+            if self._listeners:
+                self._settled(batch if ok else lost)
+            if not ok:
+                return False
             if not self._stop.is_set() and len(self._queue) < self.batch_rows:
                 return True
 
@@ -310,7 +337,9 @@ class SummarySink:
             if self._final:
                 return
             self._final = True
-            lost = len(self._inflight) + self._drain_locked()
+            lost = self._inflight + self._drain_locked()
             self._inflight = []
             if lost:
-                self._drop_locked("store_error", lost)
+                self._drop_locked("store_error", len(lost))
+        if lost and self._listeners:
+            self._settled(lost)
