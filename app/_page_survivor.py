@@ -14,9 +14,11 @@ from llmslo.telemetry import LlmsloError
 __all__ = ["render"]
 
 PURPOSE = ("A request that ended without a first token after waiting w seconds has a TTFT of at least w: the "
-           "censoring-aware estimate counts it so, the success-only one drops it. A window is optimistic when "
-           "the success-only quantile is better by more than the tolerance, when a large share of its requests "
-           "was shed or cancelled, or when that share rose while the success-only tail improved.")
+           "censoring-aware estimate counts it so, the success-only one drops it. Both are nearest-rank "
+           "quantiles, so a window with nothing censored is consistent. A window is optimistic when the "
+           "success-only quantile is better by more than the tolerance and by more than sampling explains "
+           "(Greenwood's band; p90 needs 50 admitted requests, p99 500), when a large share of its requests was "
+           "shed or cancelled, or when that share clearly rose while the success-only tail improved.")
 
 
 def _whole(ctx: Context) -> None:

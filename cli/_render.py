@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from llmslo.analysis.report import LATENCY_INTERVALS, WINDOW_KEY
+from llmslo.analysis.report import DEFAULT_QUANTILE_METHOD, LATENCY_INTERVALS, WINDOW_KEY
 from llmslo.cli._common import shown
 from llmslo.telemetry import format_duration
 
@@ -70,7 +70,7 @@ def render_report(report: Report, console: Console) -> None:
                   _pct(g.goodput_fraction), _rate(g.request_goodput_per_s), _rate(g.token_goodput_per_s))
     console.print(t)
 
-    t = Table(title="Latency (exact quantiles)", title_justify="left")
+    t = Table(title=f"Latency ({_quantiles_title(report)})", title_justify="left")
     for col in ("group", "interval", "n", "mean", *_QUANTS, "max"):
         t.add_column(col, justify="left" if col in ("group", "interval") else "right")
     for g in groups:
@@ -131,8 +131,17 @@ def render_report(report: Report, console: Console) -> None:
         console.print(f"[yellow]rates: {shown(exception)}[/yellow]")
     mixed = report.clock is not None and report.clock.kind == "mixed"
     for name, text in report.definitions.items():
-        style = "yellow" if mixed and name == "clock" else "dim"  # rows on two clocks: said where it is seen
+        # rows on two clocks, or quantiles not by the default definition: said where it is seen
+        loud = (mixed and name == "clock") or (name == "quantiles" and report.quantiles != DEFAULT_QUANTILE_METHOD)
+        style = "yellow" if loud else "dim"
         console.print(f"[{style}]{shown(name)}: {shown(text)}[/{style}]")
+
+
+def _quantiles_title(report: Report) -> str:
+    """How the latency table's quantiles were computed, said in its title when it is not the default."""
+    if report.quantiles == DEFAULT_QUANTILE_METHOD:
+        return "exact quantiles"
+    return f"exact quantiles by {report.quantiles}: --quantiles {report.quantiles}"
 
 
 def _aware(ca: CensoringAwareTtft, label: str) -> str:
@@ -144,7 +153,8 @@ def _aware(ca: CensoringAwareTtft, label: str) -> str:
 
 
 def report_csv(report: Report) -> str:
-    """One CSV row per group: keys, goodput figures, each interval's statistics, tokens, verdict."""
+    """One CSV row per group: keys, goodput figures, each interval's statistics, tokens, verdict, and the
+    quantile definition (``quantiles``: ``linear`` or ``nearest-rank``)."""
     rows: list[dict[str, Any]] = []
     for g in report.groups:
         row: dict[str, Any] = dict(g.keys)
@@ -161,6 +171,7 @@ def report_csv(report: Report) -> str:
             row[f"ttft_s_success_only_{q}"] = sb.ttft_success_only.quantiles[q]
             row[f"ttft_s_censoring_aware_{q}"] = sb.ttft_censoring_aware.quantiles[q]
         row["survivor_bias_verdict"] = sb.verdict
+        row["quantiles"] = report.quantiles
         rows.append(row)
     buf = io.StringIO()
     fields: Sequence[str] = list(rows[0]) if rows else ["attempted"]

@@ -37,8 +37,9 @@ if TYPE_CHECKING:
     from rich.progress import Progress
     from rich.table import Table
 
-    from llmslo.analysis.report import GoodputPolicy, ReportSpec
+    from llmslo.analysis.report import GoodputPolicy, QuantileMethod, ReportSpec
     from llmslo.analysis.store import IngestReport
+    from llmslo.telemetry import RecoveryReport
 
 __all__ = ["demo", "ingest", "report"]
 
@@ -94,6 +95,17 @@ def _policy(ttft: str | None, tpot: str | None, e2e: str | None, window: str | N
         raise _fail(str(exc), EXIT_USAGE) from None
 
 
+def _quantile_method(text: str) -> QuantileMethod:
+    """The ``--quantiles`` value as a quantile method; exit 2 naming the choices for another."""
+    from llmslo.analysis.report import QUANTILE_METHODS
+
+    for method in QUANTILE_METHODS:
+        if text == method:
+            return method
+    raise _fail(f"--quantiles: {text!r} is not one of {', '.join(QUANTILE_METHODS)} (linear: interpolation "
+                "between order statistics, the default; nearest-rank: the value of rank ceil(q n))", EXIT_USAGE)
+
+
 def _by(text: str | None) -> tuple[str, ...]:
     return tuple(s.strip() for s in text.split(",") if s.strip()) if text else ()
 
@@ -110,8 +122,14 @@ def _ingest_table(reports: list[IngestReport]) -> Table:
     return t
 
 
-def _ingest_json(reports: list[IngestReport], total: int) -> str:
+def _recovery_json(report: RecoveryReport) -> dict[str, object]:
+    return {"journal": str(report.journal), "recovered": report.recovered, "already_stored": report.already_stored,
+            "torn_lines": report.torn_lines}
+
+
+def _ingest_json(reports: list[IngestReport], total: int, recovery: RecoveryReport | None = None) -> str:
     return json.dumps({
+        **({"recovery": _recovery_json(recovery)} if recovery is not None else {}),
         "files": [
             {"file": r.source, "rows_read": r.rows_read, "rows_inserted": r.rows_inserted,
              "rows_already_stored": r.rows_already_stored, "rows_rejected": r.rows_rejected,
@@ -144,11 +162,30 @@ OneTokenOption = Annotated[bool, typer.Option(
     "--one-token-fails", help="Replies of one token fail the TPOT condition (default: they pass).")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object (for scripts).")]
 CsvOption = Annotated[bool, typer.Option("--csv", help="Print one CSV row per group.")]
+QuantilesOption = Annotated[str, typer.Option(
+    "--quantiles", help="How every latency quantile is computed from the values: linear (interpolation between "
+    "order statistics, numpy's default) or nearest-rank (the value of rank ceil(q n), always an observed value: "
+    "reproduces guidellm's percentiles). The output names the definition when it is not linear.")]
+
+
+def _recover(store: Any, journal: Path) -> RecoveryReport:
+    """Recover the requests a crashed server left in ``journal`` into ``store`` (see :func:`ingest`)."""
+    from llmslo.analysis.store import summary_table
+    from llmslo.telemetry import JournalInUse, recover_journal
+
+    def write(rows: list[dict[str, object]]) -> int:
+        report = store.ingest_frame(summary_table(rows), source=f"journal {journal}")
+        return int(report.rows_already_stored + report.rows_conflicting)
+
+    try:
+        return recover_journal(journal, write)
+    except JournalInUse as exc:
+        raise _fail(f"--recover: {exc}: recover it once that server has stopped") from None
 
 
 def ingest(
-    files: Annotated[list[Path], typer.Argument(help="JSONL (.jsonl/.ndjson/.json), CSV or Parquet files.",
-                                                show_default=False)],
+    files: Annotated[list[Path] | None, typer.Argument(
+        help="JSONL (.jsonl/.ndjson/.json), CSV or Parquet files.", show_default=False)] = None,
     db: DbOption = None,
     skip_invalid: Annotated[bool, typer.Option(
         "--skip-invalid",
@@ -159,6 +196,11 @@ def ingest(
         "--database", help="duckdb (a store file, --db) or clickhouse (--url).")] = "duckdb",
     url: UrlOption = None,
     engine: RenamedEngineOption = None,
+    recover: Annotated[Path | None, typer.Option(
+        "--recover", help="Also recover a server's journal folder (llmslo serve --journal): each request a "
+        "crash left without a summary becomes one row (finish_reason error, error_type server_crash, e2e_s a "
+        "lower bound). Ingest the server's summary files first (in the same command or before).",
+        show_default=False)] = None,
 ) -> None:
     """Validate request summaries and load them into the store (created if missing).
 
@@ -166,9 +208,24 @@ def ingest(
     intervals, ttft_s > e2e_s, sent_tokens > generated_tokens, a ttft_s without a generated token,
     duplicate request_id. One invalid row and nothing is loaded (unless --skip-invalid). Rows whose
     request_id is already stored are skipped, so re-ingesting a file adds nothing. With --database
-    clickhouse the same rules are checked before anything reaches ClickHouse (docs/fleet.md).
+    clickhouse the same rules are checked before anything reaches ClickHouse (docs/fleet.md). With --recover
+    DIR, after the files, the requests a crashed server left in its journal without a summary are loaded as
+    one row each, and the journal is emptied (running it again adds nothing); see docs/server.md.
     """
     refuse_renamed_engine(engine)
+    files = files or []
+    if not files and recover is None:
+        raise _fail("give the summary files to load (or --recover DIR, a server's journal)", EXIT_USAGE)
+    if recover is not None:
+        from llmslo.telemetry import JournalInUse, ensure_journal_free
+
+        if not recover.is_dir():
+            raise _fail(f"--recover: no journal folder at {recover} (llmslo serve keeps it beside its summaries, "
+                        "as FILE.journal or DIR.journal)", EXIT_INPUT)
+        try:  # before anything is loaded: a refusal changes nothing
+            ensure_journal_free(recover)
+        except JournalInUse as exc:
+            raise _fail(f"--recover: {exc}: recover it once that server has stopped", EXIT_INPUT) from None
     from llmslo.analysis.store import ClickHouseStore, InvalidInputError, Store, parse_clickhouse_url
 
     if database not in ("duckdb", "clickhouse"):
@@ -185,8 +242,11 @@ def ingest(
     try:
         store: Store | ClickHouseStore = (ClickHouseStore.open(parsed) if parsed is not None
                                           else Store.open(db or Path()))
+        recovery: RecoveryReport | None = None
         with store:
-            reports = store.ingest_files(files, skip_invalid=skip_invalid, on_progress=progress)
+            reports = store.ingest_files(files, skip_invalid=skip_invalid, on_progress=progress) if files else []
+            if recover is not None:
+                recovery = _recover(store, recover)
             total = store.count()
         where = store.url.shown if isinstance(store, ClickHouseStore) else str(db)
     except InvalidInputError as exc:
@@ -196,10 +256,13 @@ def ingest(
     finally:
         progress.stop()
     if as_json:
-        print(_ingest_json(reports, total))
+        print(_ingest_json(reports, total, recovery))
         return
     out = _console()
-    out.print(_ingest_table(reports))
+    if reports:
+        out.print(_ingest_table(reports))
+    if recovery is not None:
+        out.print(f"journal {shown(str(recovery.journal))}: {recovery.message()}", highlight=False)
     out.print(f"store {shown(where)}: {total:,} request summaries", highlight=False)
     if any(r.rows_rejected for r in reports):
         err().print("[yellow]some rows were rejected; see the .rejected.jsonl files for the reasons[/yellow]")
@@ -254,13 +317,16 @@ def report(
     memory_limit: MemoryLimitOption = None,
     from_time: FromOption = None,
     to_time: ToOption = None,
+    quantiles: QuantilesOption = "linear",
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Never show a progress bar.")] = False,
     engine: RenamedEngineOption = None,
 ) -> None:
     """Latency distributions, goodput, survivor bias and token figures per group.
 
     Goodput counts every arrival (rejected, cancelled, timed out, failed) in the denominator; good
-    means a success finish reason and every SLO met. Latency quantiles are exact. The survivor-bias
+    means a success finish reason and every SLO met. Latency quantiles are exact: linear interpolation
+    between order statistics, or with --quantiles nearest-rank the value of rank ceil(q n), as guidellm
+    reports its percentiles (docs/definitions.md, "Quantiles"). The survivor-bias
     check compares TTFT over successful requests with a censoring-aware (Kaplan-Meier) estimate in
     which requests that ended without a first token count as "at least that long".
 
@@ -275,7 +341,7 @@ def report(
 
     try:
         spec = ReportSpec(_policy(ttft, tpot, e2e, window, success, one_token_fails), by=_by(by),
-                          until_unix_s=until)
+                          until_unix_s=until, quantiles=_quantile_method(quantiles))
     except LlmsloError as exc:
         raise _fail(str(exc), EXIT_USAGE) from None
     _print_report(db, spec, as_json, as_csv, database=database, url=url, source=source, memory_limit=memory_limit,

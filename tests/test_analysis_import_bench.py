@@ -130,9 +130,13 @@ def test_success_only_ttft_and_e2e_quantiles_equal_llmperfs_own(
                     "WHERE model = ? AND finish_reason IN ('stop', 'length')", params=[model],
                 ).fetchall()[0][0]
                 assert got == pytest.approx([expected[q] for q in LLMPERF_QUANTILES], rel=1e-12), (model, column)
-            ttft = _llmperf_way(path, "ttft_s")
+            # the survivor check's success-only TTFT is nearest-rank (docs/definitions.md, "Survivor bias"),
+            # not LLMPerf's interpolation: the values it reads are the same, the definition is the check's own
+            values = np.array([r[0] for r in store.con.sql(
+                "SELECT ttft_s FROM request_summaries WHERE model = ? AND finish_reason IN ('stop', 'length') "
+                "AND ttft_s IS NOT NULL", params=[model]).fetchall()])
             for q, label in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
-                assert survivors[model][label] == pytest.approx(ttft[q], rel=1e-12)
+                assert survivors[model][label] == float(np.quantile(values, q, method="inverted_cdf"))
 
 
 def test_llmperf_report_command_reproduces_llmperfs_quantiles(tmp_path: Path) -> None:
@@ -291,6 +295,150 @@ def test_aiperf_records_convert_units_and_classify_errors() -> None:
     assert chunked["arrival_unix_s"] == pytest.approx(1_759_813_207.0)
 
 
+AIPERF_USAGE = FIXTURES / "aiperf_profile_export_usage.jsonl"
+"""AIPerf records of a run that asked the server for usage (hand-written, the layout of AIPerf's
+``usage_completion_tokens`` / ``usage_prompt_tokens`` record metrics): the server's counts differ from the client
+tokenizer's in some records, one record carries no usage, one has fewer chunks than tokens."""
+
+
+def _aiperf_metric(record: dict[str, Any], name: str) -> Any:
+    m = record["metrics"].get(name)
+    return None if m is None else m["value"]
+
+
+def test_aiperf_token_counts_come_from_the_servers_usage_with_the_client_count_as_a_note() -> None:
+    records = [json.loads(line) for line in AIPERF_USAGE.read_text().splitlines()]
+    frame, report = import_genai_perf(AIPERF_USAGE)
+    assert report.rows_imported == len(records)
+    for i, rec in enumerate(records):
+        row = _row(frame, i)
+        usage_out = _aiperf_metric(rec, "usage_completion_tokens")
+        client_out = _aiperf_metric(rec, "output_sequence_length")
+        expected_out = usage_out if usage_out is not None else (client_out or 0)
+        assert row["generated_tokens"] == row["sent_tokens"] == expected_out, i
+        usage_in = _aiperf_metric(rec, "usage_prompt_tokens")
+        client_in = _aiperf_metric(rec, "input_sequence_length") or _aiperf_metric(rec, "error_isl")
+        assert row["prompt_tokens"] == (usage_in if usage_in is not None else client_in), i
+    both = [r for r in records if _aiperf_metric(r, "usage_completion_tokens") is not None]
+    server = sum(_aiperf_metric(r, "usage_completion_tokens") for r in both)
+    client = sum(_aiperf_metric(r, "output_sequence_length") for r in both)
+    assert server != client  # the fixture's point: the two counts differ
+    note = next(c for c in report.conversions if c.startswith("output tokens: from the server's usage"))
+    assert f"({len(both)} of {len(records)} records)" in note
+    assert f"client tokenizer counted {client:,} output tokens" in note and f"the server counted {server:,}" in note
+    rest = len(records) - len(both) - 1  # the failed record counts no output tokens at all
+    assert any(c.startswith("output tokens: AIPerf's client tokenizer count") and f"for {rest} of {len(records)}"
+               in c for c in report.conversions)
+    assert any(c.startswith("prompt tokens: from the server's usage, metrics.usage_prompt_tokens")
+               for c in report.conversions)
+
+
+def test_aiperf_inter_chunk_latency_fills_itl_s_in_seconds_where_there_is_one_gap_per_token() -> None:
+    records = [json.loads(line) for line in AIPERF_USAGE.read_text().splitlines()]
+    frame, report = import_genai_perf(AIPERF_USAGE)
+    to_s = {"ms": 1e-3, "ns": 1e-9}
+    kept = dropped = only_by_usage = 0
+    for i, rec in enumerate(records):
+        icl = rec["metrics"].get("inter_chunk_latency")
+        row = _row(frame, i)
+        if icl is None:
+            assert row["itl_s"] is None
+            continue
+        gaps = [g * to_s[icl["unit"]] for g in icl["value"]]
+        assert row["last_token_s"] == pytest.approx(row["ttft_s"] + sum(gaps), rel=1e-12)
+        usage = _aiperf_metric(rec, "usage_completion_tokens")
+        client = _aiperf_metric(rec, "output_sequence_length")
+        tokens = usage if usage is not None else client
+        if len(gaps) == tokens - 1:  # one gap per token of the server's count (the client's without usage)
+            assert row["itl_s"] == pytest.approx(gaps, rel=1e-12), i
+            kept += 1
+            only_by_usage += len(gaps) != client - 1  # the client tokenizer's count would have left it empty
+        else:  # chunks of several tokens: the token weighting is unknown
+            assert row["itl_s"] is None, i
+            dropped += 1
+    assert kept >= 2 and dropped >= 1 and only_by_usage >= 1
+    assert any("itl_s = inter_chunk_latency" in c and f"for {kept} request(s)" in c for c in report.conversions)
+    assert any(c.startswith(f"itl_s not imported for {dropped} request(s)") for c in report.conversions)
+
+
+@pytest.mark.parametrize(("metric", "value", "field", "rule"), [
+    ("inter_chunk_latency", {"value": [40.0, 50.0], "unit": "minutes"}, "metrics.inter_chunk_latency.unit", "unit"),
+    ("inter_chunk_latency", {"value": [40.0, None], "unit": "ms"}, "metrics.inter_chunk_latency.value[1]", "type"),
+    ("usage_completion_tokens", {"value": -3, "unit": "tokens"}, "metrics.usage_completion_tokens", "type"),
+    ("usage_prompt_tokens", {"value": 5.5, "unit": "tokens"}, "metrics.usage_prompt_tokens", "type"),
+])
+def test_a_bad_aiperf_usage_or_gap_list_is_refused_by_name(tmp_path: Path, metric: str, value: Any, field: str,
+                                                           rule: str) -> None:
+    lines = AIPERF_USAGE.read_text().splitlines()
+    rec = json.loads(lines[0])
+    rec["metrics"][metric] = value
+    lines[0] = json.dumps(rec)
+    bad = tmp_path / "profile_export.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ImportFormatError) as info:
+        import_genai_perf(bad)
+    assert (1, field, rule) in {(e.row, e.column, e.rule) for e in info.value.errors}
+
+
+def _llmperf_file(tmp_path: Path) -> Path:
+    path = tmp_path / "run_individual_responses.json"
+    path.write_text(json.dumps([
+        {"error_code": None, "error_msg": "", "ttft_s": 0.2, "end_to_end_latency_s": 1.0,
+         "inter_token_latency_s": 0.05, "number_input_tokens": 10, "number_output_tokens": 20},
+    ] * 3))
+    return path
+
+
+@pytest.mark.parametrize(("name", "tool", "nearest"), [
+    ("vllm_bench_serve_detailed.json", "vLLM bench", False),
+    ("genai_perf_profile_export.json", "GenAI-Perf", False),
+    ("aiperf_profile_export.jsonl", "AIPerf", False),
+    ("guidellm_benchmarks_old.json", "guidellm", True),
+    ("guidellm_benchmarks_new.json", "guidellm", True),
+    ("llmperf", "LLMPerf", False),
+])
+def test_every_import_report_says_which_quantile_definition_the_tool_uses(tmp_path: Path, name: str, tool: str,
+                                                                           nearest: bool) -> None:
+    path = _llmperf_file(tmp_path) if name == "llmperf" else FIXTURES / name
+    _, report = convert_file(path)
+    (note,) = [c for c in report.conversions if c.startswith("Quantiles:")]
+    assert note.startswith(f"Quantiles: {tool} ")
+    if nearest:
+        assert "by nearest rank" in note and "`llmslo report --quantiles nearest-rank` reproduces them" in note
+    else:
+        assert "by linear interpolation between order statistics" in note and "uses by default" in note
+
+
+GUIDELLM_REAL = Path(__file__).resolve().parent / "fixtures" / "importers_real" / "guidellm_0.5.4_benchmarks.json"
+"""Written by guidellm 0.5.4's own code (its README): guidellm's own percentiles, by nearest rank."""
+
+
+def test_report_nearest_rank_reproduces_guidellms_own_percentiles(tmp_path: Path) -> None:
+    doc = json.loads(GUIDELLM_REAL.read_text())
+    db = tmp_path / "g.duckdb"
+    imported = _run_import("guidellm", str(GUIDELLM_REAL), "--db", str(db))
+    assert imported.exit_code == 0, imported.output
+    assert "by nearest rank" in imported.stdout  # the import report says which definition guidellm uses
+
+    def ttft_ms(*args: str) -> dict[str, dict[str, float]]:
+        rep = subprocess.run([sys.executable, "-m", "llmslo.cli", "report", "--db", str(db), "--by", "tenant_class",
+                              "--json", *args], capture_output=True, text=True, timeout=300)
+        assert rep.returncode == 0, rep.stderr
+        groups = json.loads(rep.stdout)["groups"]
+        return {g["keys"]["tenant_class"]: {k: g["latency"]["ttft_s"][k] * 1000 for k in ("p50", "p90", "p95", "p99")}
+                for g in groups}
+
+    nearest, linear = ttft_ms("--quantiles", "nearest-rank"), ttft_ms()
+    differ = 0
+    for bench in doc["benchmarks"]:
+        tenant = f"concurrent@{bench['config']['strategy']['streams']}"
+        theirs = bench["metrics"]["time_to_first_token_ms"]["successful"]["percentiles"]
+        for label in ("p50", "p90", "p95", "p99"):
+            assert nearest[tenant][label] == pytest.approx(theirs[label], rel=1e-9), (tenant, label)
+        differ += linear[tenant]["p95"] != pytest.approx(theirs["p95"], rel=1e-6)
+    assert differ == len(doc["benchmarks"])  # linear interpolation gives another p95 in every benchmark
+
+
 @pytest.mark.parametrize("name", ["guidellm_benchmarks_old.json", "guidellm_benchmarks_new.json"])
 def test_guidellm_reports_of_both_layouts_import(name: str) -> None:
     frame, report = import_guidellm(FIXTURES / name)
@@ -319,6 +467,7 @@ def test_each_format_is_recognised_from_its_content(tmp_path: Path) -> None:
         "vllm_benchmark_serving_old.json": "vllm-bench",
         "genai_perf_profile_export.json": "genai-perf",
         "aiperf_profile_export.jsonl": "genai-perf",
+        "aiperf_profile_export_usage.jsonl": "genai-perf",
         "guidellm_benchmarks_old.json": "guidellm",
         "guidellm_benchmarks_new.json": "guidellm",
     }

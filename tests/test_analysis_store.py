@@ -384,11 +384,13 @@ def test_ordered_ids_keep_no_hashes_until_an_input_overlaps_the_stored_ranges(st
     assert store.con.sql(f"SELECT count(*) FROM {ID_HASH_TABLE}").fetchall()[0][0] == store.count() == 101
 
 
-@pytest.mark.parametrize("sort_limit", [0, 1_000], ids=["duckdb-count-distinct", "numpy-sort"])
-def test_duplicate_ids_are_caught_by_either_repeat_check(
-    store: Store, monkeypatch: pytest.MonkeyPatch, sort_limit: int
+@pytest.mark.parametrize(("memory_limit", "polars_from"), [(0, 0), (1_000, 1_000), (1_000, 0)],
+                         ids=["duckdb-count-distinct", "numpy-sort", "polars-count"])
+def test_duplicate_ids_are_caught_by_each_repeat_check(
+    store: Store, monkeypatch: pytest.MonkeyPatch, memory_limit: int, polars_from: int
 ) -> None:
-    monkeypatch.setattr(store_module, "SORT_CHECK_MAX_ROWS", sort_limit)
+    monkeypatch.setattr(store_module, "MEMORY_CHECK_MAX_ROWS", memory_limit)
+    monkeypatch.setattr(store_module, "POLARS_CHECK_MIN_ROWS", polars_from)
     rows = [ok_row(i) for i in range(30)]
     with pytest.raises(InvalidInputError) as info:
         store.ingest_frame(_frame([*rows, ok_row(12, model="m2")]))

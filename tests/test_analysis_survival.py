@@ -425,3 +425,51 @@ def test_ranking_by_id_matches_the_reference_with_censoring() -> None:
         assert max_censored == (float(cens.max()) if cens.size else None)
     with pytest.raises(ValueError):
         km_quantiles_by_id_sql("_by_id_src", [])
+
+
+def _greenwood_reference(t: np.ndarray, event: np.ndarray, x: float) -> tuple[float, float]:
+    """Kaplan-Meier survival and Greenwood's sum at ``x``, by the textbook product over distinct event times."""
+    s, gw = 1.0, 0.0
+    for u in sorted(set(t[event].tolist())):
+        if u > x:
+            break
+        d = int(((t == u) & event).sum())
+        n = int((t >= u).sum())
+        s *= 1.0 - d / n
+        gw += d / (n * (n - d)) if n > d else 0.0
+    return s, gw
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_survivor_comparison_matches_a_plain_kaplan_meier_and_greenwood(seed: int) -> None:
+    """Per group: the success-only nearest-rank quantile, and the survival and Greenwood's sum there, by DuckDB's
+    ranking method and by ClickHouse's arrays (chdb), equal the textbook product (with ties)."""
+    pytest.importorskip("chdb", reason="the ClickHouse half needs chdb (the dev extra)")
+    from llmslo.analysis.databases import ClickHouseDatabase
+    from llmslo.analysis.databases._clickhouse import km_quantiles_by_group_sql
+    from llmslo.tests._databases_support import fresh_clickhouse
+
+    rng = np.random.default_rng(seed)
+    n = 400
+    t = np.round(rng.lognormal(size=n), 1)  # coarse: many ties
+    event = rng.random(n) > 0.15
+    success = event & (rng.random(n) > 0.1)
+    qs = [0.5, 0.9, 0.99]
+    con = duckdb.connect()
+    con.execute("CREATE TABLE s (_km_gid INTEGER, t DOUBLE, event BOOLEAN, success BOOLEAN)")
+    con.executemany("INSERT INTO s VALUES (0, ?, ?, ?)",
+                    [[float(a), bool(b), bool(c)] for a, b, c in zip(t, event, success, strict=True)])
+    rel = con.sql(survival.km_quantiles_by_id_sql("s", qs, success=True))
+    duck = dict(zip(rel.columns, rel.fetchall()[0], strict=True))
+    values = ",".join(f"({float(a)!r},{int(b)},{int(c)})" for a, b, c in zip(t, event, success, strict=True))
+    source = f"SELECT c1 AS t, c2 = 1 AS event, c3 = 1 AS success FROM values({values})"
+    with fresh_clickhouse() as store:
+        (click,) = ClickHouseDatabase(store).rows(km_quantiles_by_group_sql(source, [], qs, ["p50", "p90", "p99"],
+                                                                            success=True))
+    for q, label in zip(qs, ["p50", "p90", "p99"], strict=True):
+        so = float(np.quantile(t[success], q, method="inverted_cdf"))
+        s_ref, gw_ref = _greenwood_reference(t, event, so)
+        for got in (duck, click):
+            assert got[f"so_{label}"] == so
+            assert got[f"s_at_{label}"] == pytest.approx(s_ref, rel=1e-12, abs=1e-15)
+            assert got[f"gw_at_{label}"] == pytest.approx(gw_ref, rel=1e-12, abs=1e-15)

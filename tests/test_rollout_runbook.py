@@ -258,13 +258,45 @@ def store(cwd: Path) -> Path:
     return cwd / "s.duckdb"
 
 
-def test_compare_needs_to_know_when_the_overlap_was_and_says_so(cwd: Path, store: Path) -> None:
+def test_compare_needs_to_know_when_the_overlap_was_and_says_so(cwd: Path) -> None:
+    """A store whose summaries are of other versions cannot place the overlap either: the refusal says what the
+    record lacks, what the store lacks, and the ways out."""
+    scenario = RolloutScenario(n_baseline=100, n_window=100, baseline_s=600.0, window_s=260.0,
+                               start_unix_s=OVERLAP_FROM - 600.0)  # versions v1 and v2, not the record's
+    with Store.open(cwd / "s.duckdb") as s:
+        s.ingest_frame(rollout_frame(11, scenario))
     _ok(cwd, "rollout", "record", "update_runbook.json", "--db", "s.duckdb")
     done = _run(cwd, "rollout", "compare", "--db", "s.duckdb", "--update", RUNBOOK_ID)
     assert done.returncode == 1, (done.stdout, done.stderr)
     first = done.stderr.splitlines()[0]
-    for part in (RUNBOOK_ID, "overlap_window_s", "260 s", "overlap.from_unix_s", "--from"):
+    for part in (RUNBOOK_ID, "overlap_window_s", "260 s", "overlap.from_unix_s", "--from",
+                 f"holds no summary of version {FROM!r} or {TO!r}"):
         assert part in first, (part, first)
+
+
+def test_compare_places_a_runbook_overlap_by_the_versions_stored_summaries(cwd: Path) -> None:
+    """The runbook record says how long the versions overlapped, not when; the store's summaries say it: from
+    the first arrival of the new version to the last of the old one. The comparison runs over that, and says so."""
+    import polars as pl
+
+    scenario = RolloutScenario(n_baseline=400, n_window=400, baseline_s=1800.0, window_s=260.0,
+                               versions=(FROM, TO), start_unix_s=OVERLAP_FROM - 1800.0)
+    frame = rollout_frame(11, scenario)
+    # before the overlap only the old version served; within it both
+    frame = frame.with_columns(pl.when(pl.col("arrival_unix_s") < OVERLAP_FROM).then(pl.lit(FROM))
+                               .otherwise(pl.col("version")).alias("version"))
+    with Store.open(cwd / "s.duckdb") as s:
+        s.ingest_frame(frame)
+    _ok(cwd, "rollout", "record", "update_runbook.json", "--db", "s.duckdb")
+    result = json.loads(_ok(cwd, "rollout", "compare", "--db", "s.duckdb", "--update", RUNBOOK_ID, "--json"))
+    lo, hi = result["window"]["from_unix_s"], result["window"]["to_unix_s"]
+    first_new = frame.filter(pl.col("version") == TO)["arrival_unix_s"].min()
+    last_old = frame.filter(pl.col("version") == FROM)["arrival_unix_s"].max()
+    assert (lo, hi) == (first_new, last_old)
+    assert OVERLAP_FROM <= lo < hi <= OVERLAP_FROM + 260 and hi - lo > 250
+    assert any("taken from the stored summaries" in n and "its length as 260 s" in n for n in result["notes"]), (
+        result["notes"])
+    assert {o["version"] for o in result["outcomes"]} == {FROM, TO}
 
 
 def test_compare_works_on_a_runbook_record_that_says_when_the_overlap_began(cwd: Path, store: Path) -> None:

@@ -125,15 +125,42 @@ class ClickHouseDialect(Dialect):
 
 
 def km_quantiles_by_group_sql(source_sql: str, keys: Sequence[str], quantiles: Sequence[float],
-                              labels: Sequence[str]) -> str:
+                              labels: Sequence[str], *, success: bool = False) -> str:
     """ClickHouse SQL of the Kaplan–Meier quantiles of ``t`` (seconds) per group of ``keys`` (module docstring).
 
     ``source_sql`` yields the ``keys`` plus ``t`` (Float64 seconds, finite, ``>= 0``) and ``event`` (TRUE
     observed at ``t``, FALSE right-censored). One row per group, ordered by ``keys``: the keys, ``n``,
     ``n_events``, ``n_censored``, one column per label (seconds; NULL where the curve never falls to ``1 - q``)
     and ``max_censored_t`` (NULL without censoring).
+
+    With ``success`` the source also yields ``success`` (TRUE for a successful request) and each row has, per
+    label, the survivor-bias comparison of DuckDB's ``km_quantiles_by_id_sql``: ``so_<label>`` (the
+    nearest-rank quantile of the successful events' times), ``s_at_<label>`` (the survival there) and
+    ``gw_at_<label>`` (Greenwood's sum there), by the same arithmetic over the sorted array.
     """
     keyed = "".join(f"{k}, " for k in keys)
+    compared = ""
+    if success:
+        scale = 10 ** max(len(quantile_decimal(q).split(".", 1)[1]) for q in quantiles)
+        parts = []
+        for q, label in zip(quantiles, labels, strict=True):
+            k = round(float(quantile_decimal(q)) * scale)
+            x = (f"if(length(__km_so) = 0, NULL, __km_so[toUInt64(intDiv(length(__km_so) * {k} + {scale - 1}, "
+                 f"{scale}))])")
+            upto = f"e = 1 AND t <= {x}"
+            parts.append(
+                f"{x} AS {_quote('so_' + label)},\n"
+                f"  if(length(__km_so) = 0, NULL, "
+                f"if(arrayExists((t, e, a) -> {upto} AND a = 1, __km_t, __km_e, __km_a), "
+                f"0., exp(arraySum(arrayMap((t, e, a) -> if({upto} AND a > 1, ln(toFloat64(a - 1) / a), 0.), "
+                f"__km_t, __km_e, __km_a))))) AS {_quote('s_at_' + label)},\n"
+                f"  if(length(__km_so) = 0, NULL, arraySum(arrayMap((t, e, a) -> if({upto} AND a > 1, "
+                f"1. / (toFloat64(a) * (a - 1)), 0.), __km_t, __km_e, __km_a))) AS {_quote('gw_at_' + label)}")
+        compared = ",\n  " + ",\n  ".join(parts)
+    flag = ", toInt8(success)" if success else ""
+    so = (",\n      arrayMap(p -> p.1, arrayFilter(p -> p.2 = 1 AND p.3 = 1, __km_pairs)) AS __km_so"
+          if success else "")
+    so_col = "__km_so, " if success else ""
     group = f" GROUP BY {', '.join(keys)}" if keys else ""
     order = f" ORDER BY {', '.join(keys)}" if keys else ""
     picks = []
@@ -143,18 +170,18 @@ def km_quantiles_by_group_sql(source_sql: str, keys: Sequence[str], quantiles: S
         picks.append(f"if({index} = 0, NULL, __km_t[{index}]) AS {_quote(label)}")
     return f"""SELECT {keyed}__km_n AS n, __km_ne AS n_events, __km_n - __km_ne AS n_censored,
   {', '.join(picks)},
-  if(__km_n = __km_ne, NULL, arrayMax(arrayFilter((t, e) -> e = 0, __km_t, __km_e))) AS max_censored_t
+  if(__km_n = __km_ne, NULL, arrayMax(arrayFilter((t, e) -> e = 0, __km_t, __km_e))) AS max_censored_t{compared}
 FROM (
-  SELECT {keyed}__km_t, __km_e, __km_n, __km_ne,
+  SELECT {keyed}__km_t, __km_e, __km_n, __km_ne, {so_col}
     arrayMap(j -> __km_n - j + 1, arrayEnumerate(__km_t)) AS __km_a,
     arrayCumSum(arrayMap((a, e) -> if(e = 0 AND a > 1, ln(toFloat64(a) / (a - 1)), 0.),
                          __km_a, __km_e)) AS __km_f,
     arrayMap((a, f) -> (toFloat64(a - 1) / __km_n) * exp(f), __km_a, __km_f) AS __km_s
   FROM (
     SELECT {keyed}arrayMap(p -> p.1, __km_pairs) AS __km_t, arrayMap(p -> p.2, __km_pairs) AS __km_e,
-      toInt64(length(__km_pairs)) AS __km_n, toInt64(arraySum(__km_e)) AS __km_ne
+      toInt64(length(__km_pairs)) AS __km_n, toInt64(arraySum(__km_e)) AS __km_ne{so}
     FROM (
-      SELECT {keyed}arraySort(p -> (p.1, -p.2), groupArray((toFloat64(t), toInt8(event)))) AS __km_pairs
+      SELECT {keyed}arraySort(p -> (p.1, -p.2), groupArray((toFloat64(t), toInt8(event){flag}))) AS __km_pairs
       FROM ({source_sql}) AS __km_source{group}
     )
   )

@@ -17,7 +17,10 @@ one file).
 The rows are read as written: the sink writes summaries that the telemetry validated, and the report checks
 what it needs of them (arrival times it can place). Files from elsewhere should go through ``llmslo
 ingest``, which checks every rule. Each file's schema is checked against the contract when opened (a
-missing required column or a wrong type is an error naming the file).
+missing required column or a wrong type is an error naming the file): its column types are read by the rule
+ingest follows (:func:`~llmslo.analysis.store.input_conversion`; e.g. an exact decimal becomes a float when
+that loses nothing beyond a microsecond), except types whose values would each need checking (text read as
+numbers), which are left to ingest.
 """
 
 from __future__ import annotations
@@ -34,7 +37,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llmslo.analysis.databases._base import DuckDBDatabase, TimeRange, _day_hour
-from llmslo.analysis.store import IMPORTS_TABLE, META_TABLE, SUMMARY_TABLE, StoreError, table_names
+from llmslo.analysis.store import (
+    IMPORTS_TABLE,
+    META_TABLE,
+    SUMMARY_TABLE,
+    StoreError,
+    input_conversion,
+    lossy_decimals,
+    table_names,
+)
 from llmslo.telemetry import COLUMNS, SCHEMA_VERSION, ConfigurationError
 
 __all__ = ["open_parquet", "open_store_range", "parse_memory_limit", "quiet_progress"]
@@ -109,21 +120,21 @@ def _hive(files: list[str]) -> bool:
     return all("date=" in Path(f).parent.parent.name and "hour=" in Path(f).parent.name for f in files)
 
 
-_COMPATIBLE = {"str": (pa.types.is_string, pa.types.is_large_string),
-               "float": (pa.types.is_floating, pa.types.is_integer),
-               "int": (pa.types.is_integer,),
-               "float_list": (pa.types.is_list, pa.types.is_large_list)}
-
-
 @dataclass(frozen=True)
 class _Footer:
-    """What a file's footer says: its column names, and its list columns without any element."""
+    """What a file's footer says: its columns and their types, and its list columns without any element."""
 
-    names: set[str]
+    types: dict[str, str]
+    """Each column's DuckDB type, as DuckDB reads the file."""
     empty_lists: set[str]
     arrivals: tuple[float, float] | None = None
     """The first and last ``arrival_unix_s`` by the statistics of every row group, when they all have them and
     count no null (Unix seconds); None when they prove nothing."""
+
+    @property
+    def names(self) -> set[str]:
+        """The file's column names."""
+        return set(self.types)
 
 
 def _chunks(meta: pq.FileMetaData, name: str) -> list[list[pq.ColumnChunkMetaData]]:
@@ -155,27 +166,45 @@ def _arrivals(meta: pq.FileMetaData) -> tuple[float, float] | None:
     return (min(lo for lo, _ in bounds), max(hi for _, hi in bounds)) if bounds else None
 
 
-def _check_schema(path: str) -> _Footer:
-    """The column names of ``path`` and its list columns known empty; raises :class:`StoreError` naming it when
-    its schema lacks a required contract column or holds one of another type (read from the footer only)."""
+def _duckdb_types(con: duckdb.DuckDBPyConnection, path: str, schema: pa.Schema,
+                  known: dict[pa.Schema, dict[str, str]]) -> dict[str, str]:
+    """Each column's DuckDB type as DuckDB reads ``path`` (whose Arrow schema is ``schema``): asked of DuckDB once
+    per schema (``known`` keeps the answers; the files of a sink share one schema)."""
+    key = schema.remove_metadata()
+    if key not in known:
+        described = con.sql(f"SELECT * FROM read_parquet({_text(path)}, hive_partitioning = false) LIMIT 0")
+        known[key] = {name: str(t) for name, t in zip(described.columns, described.types, strict=True)}
+    return known[key]
+
+
+def _check_schema(con: duckdb.DuckDBPyConnection, path: str, known: dict[pa.Schema, dict[str, str]]) -> _Footer:
+    """The column types of ``path`` and its list columns known empty; raises :class:`StoreError` naming it when
+    a required contract column is missing, or a column's type is not read as the contract's by
+    :func:`~llmslo.analysis.store.input_conversion` (the rule ``llmslo ingest`` follows: a type whose values
+    would each need checking is left to ingest), or is an exact decimal a float cannot hold to a microsecond
+    (:func:`~llmslo.analysis.store.lossy_decimals`, which reads those columns; otherwise only the footer is).
+    ``known``: the DuckDB types of the schemas met so far (:func:`_duckdb_types`)."""
     try:
         meta = pq.read_metadata(path)
         schema = meta.schema.to_arrow_schema()
-    except (pa.ArrowInvalid, OSError) as exc:
+        types = _duckdb_types(con, path, schema, known)
+    except (pa.ArrowInvalid, OSError, duckdb.Error) as exc:
         raise StoreError(f"{path}: not a readable Parquet file ({exc})") from None
     problems = []
     for c in COLUMNS:
-        if c.name not in schema.names:
+        if c.name not in types:
             if c.required:
                 problems.append(f"required column {c.name!r} is missing")
-            continue
-        kind = schema.field(c.name).type
-        if not any(check(kind) for check in _COMPATIBLE[c.kind]):
-            problems.append(f"column {c.name!r} is {kind}, the contract says {c.kind}")
+        elif input_conversion(c, types[c.name]) not in ("cast", "narrow"):
+            problems.append(f"column {c.name!r} is {types[c.name]}, the contract says {c.kind}")
     if problems:
         raise StoreError(f"{path}: not request summaries of schema version {SCHEMA_VERSION}: {'; '.join(problems)} "
                          "(write the files with ParquetSummaryWriter, or ingest them with `llmslo ingest`)")
-    return _Footer(set(schema.names), _empty_lists(meta, schema), _arrivals(meta))
+    numbered = f"read_parquet({_text(path)}, hive_partitioning = false, file_row_number = true)"
+    lossy = lossy_decimals(con, numbered, "(file_row_number + 1)", types)
+    if lossy:
+        raise StoreError(f"{path}: column {'; column '.join(d.message() for d in lossy)}")
+    return _Footer(types, _empty_lists(meta, schema), _arrivals(meta))
 
 
 def _columns_sql(present: set[str], read: bool = True) -> str:
@@ -197,10 +226,12 @@ def _columns_sql(present: set[str], read: bool = True) -> str:
 def _read_sql(files: list[tuple[str, _Footer]], where: str | None) -> str:
     """The contract's columns (:func:`_columns_sql`) of ``files`` (paths and their footers), one ``read_parquet``,
     keeping the rows where ``where`` holds (None: every row)."""
-    names = [f.names for _, f in files]
-    present = set().union(*names)
+    present = set().union(*(f.names for _, f in files))
     options = ", hive_partitioning = false"
-    if any(n != present for n in names):  # older files without some optional column
+    if any(f.types != files[0][1].types for _, f in files):
+        # older files without some optional column, or columns of other types (e.g. DOUBLE and DECIMAL): read by
+        # name, each column as the type that holds every file's values (else DuckDB casts every file to the
+        # first one's types, and a DOUBLE read as DECIMAL(24,3) loses its microseconds)
         options += ", union_by_name = true"
     listed = "[" + ", ".join(_text(p) for p, _ in files) + "]"
     return (f"SELECT {_columns_sql(present)} FROM read_parquet({listed}{options})"
@@ -241,14 +272,19 @@ def open_parquet(
     window = time_range or TimeRange()
     hive = _hive(files)
     kept = [f for f in files if _in_range(f, window)] if hive else files
-    footers = [_check_schema(path) for path in kept]
+    con = _connect(memory_limit, temp_directory)
+    try:
+        known: dict[pa.Schema, dict[str, str]] = {}
+        footers = [_check_schema(con, path, known) for path in kept]
+    except BaseException:
+        con.close()
+        raise
     # a list column is empty everywhere when every file lacks it or holds no element of it
     empty_lists = frozenset(c.name for c in COLUMNS if c.kind == "float_list" and footers and all(
         c.name not in f.names or c.name in f.empty_lists for f in footers))
     # a file whose statistics put every arrival inside the range is read without the row filter (which would
     # read the arrival column of every row, and keep them all)
     inside = [not window.bounded or (f.arrivals is not None and window.holds(*f.arrivals)) for f in footers]
-    con = _connect(memory_limit, temp_directory)
     try:
         if kept:
             # the partitions are pruned here, from the folder names: DuckDB reads the files kept, whose rows

@@ -11,7 +11,13 @@ Mapping (the same for every tool):
   content chunk − request sent, ``e2e_s`` = response complete − request sent, all seconds on the client's
   clock; ``client_ttft_s``/``client_e2e_s`` repeat them. So ``llmslo report`` computes latency, TPOT
   ``(last_token_s − ttft_s)/(N − 1)`` and goodput from the tool's own measurements, and its success-only
-  quantiles reproduce the tool's (same values, same linear interpolation).
+  quantiles reproduce the tool's: the same values, by the tool's quantile definition (linear interpolation
+  for vLLM bench, LLMPerf, GenAI-Perf and AIPerf, the report's default; nearest rank for guidellm, which
+  ``llmslo report --quantiles nearest-rank`` computes). Each import report says which definition the tool
+  uses (:func:`~llmslo.analysis.importers._common.quantile_note`).
+- Token counts are the server's ``usage`` where the file records it (GenAI-Perf's usage chunk, AIPerf's
+  ``usage_completion_tokens`` / ``usage_prompt_tokens``), else the tool's own count; the import report says
+  which, for how many records, and both totals where the two differ.
 - Successful requests finish ``stop``, or ``length`` where the file records the request's ``max_tokens``
   (guidellm's ``request_args``, GenAI-Perf's payload) and the reply has at least that many tokens; the
   import report counts both and says where the limit is not recorded (vLLM bench, LLMPerf, AIPerf's

@@ -489,6 +489,18 @@ def make_report(
     )
 
 
+def quantile_note(tool: str, how: str, *, nearest_rank: bool = False) -> str:
+    """The import report's sentence on the quantile definition of the percentiles ``tool`` reports (``how``:
+    the code that computes them) and how ``llmslo report`` reproduces them (docs/definitions.md, "Quantiles")."""
+    if nearest_rank:
+        return (f"Quantiles: {tool} reports its percentiles by nearest rank ({how}), the smallest value whose "
+                "cumulative share reaches p: `llmslo report --quantiles nearest-rank` reproduces them; by default "
+                "llmslo report interpolates linearly between order statistics, which can differ from the tool's "
+                "figure by up to the gap between two neighbouring values.")
+    return (f"Quantiles: {tool} computes its percentiles by linear interpolation between order statistics "
+            f"({how}), the definition llmslo report uses by default: its figures compare as they are.")
+
+
 LIMIT_KEYS = ("max_tokens", "max_completion_tokens")
 """Request-body keys (OpenAI API) that carry the output-token limit."""
 

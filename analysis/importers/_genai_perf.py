@@ -15,7 +15,13 @@ and ``error`` (``code``, ``type``, ``message``). Two layouts: before October 202
 ``time_to_first_token``. Warm-up records (phase not ``profiling``), which AIPerf leaves out of its figures,
 are imported only with ``keep_warmup_cooldown`` (``tenant_class`` ``warmup``). Last token = TTFT + Σ
 inter-chunk gaps when given, else the request
-latency (then our TPOT equals AIPerf's inter_token_latency, (e2e − TTFT)/(N − 1)).
+latency (then our TPOT equals AIPerf's inter_token_latency, (e2e − TTFT)/(N − 1)). Output and prompt
+tokens: the server's ``usage`` when the record carries it (metrics ``usage_completion_tokens``,
+``usage_prompt_tokens``, ``{value, unit: "tokens"}``: AIPerf writes them when the endpoint returned usage),
+else AIPerf's client tokenizer (``output_sequence_length``, ``input_sequence_length``); the report gives both
+totals. ``itl_s`` = ``inter_chunk_latency`` (AIPerf's gaps between content responses, in the metric's
+``unit``, converted to seconds) where there is one gap per output token; AIPerf records no tokens per chunk,
+so gaps of chunks that carry several tokens cannot be token-weighted and are not imported.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import math
 import os
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +53,7 @@ from llmslo.analysis.importers._common import (
     load_jsonl,
     make_report,
     model_name,
+    quantile_note,
     stop_note,
 )
 from llmslo.analysis.importers._types import WARMUP_TENANT_CLASS, Importer, ImportOptions, ImportReport
@@ -259,6 +267,7 @@ def _genai_perf(p: Path, data: Any, model: str | None, problems: Problems) -> tu
         conversions.append(f"{counts['no_content']} request(s) received no content → error / no_first_token.")
     if note := stop_note(builder, "GenAI-Perf", "content received"):
         conversions.append(note)
+    conversions.append(GENAI_QUANTILES)
     missing = ["HTTP status of failed requests (Perf Analyzer records responses only)"]
     if counts["no_prompt_tokens"]:
         missing.append(f"prompt token counts ({counts['no_prompt_tokens']} requests: prompt_tokens = 0)")
@@ -273,6 +282,15 @@ def _genai_perf(p: Path, data: Any, model: str | None, problems: Problems) -> tu
 # ---- AIPerf (profile_export.jsonl) ---------------------------------------------------------------
 
 
+def _unit_s(r: Reader, name: str, m: Mapping[str, Any]) -> float | None:
+    """Seconds per unit of the metric ``name`` (``m["unit"]``: ns, us, ms or s; ms when absent); None after
+    recording the problem for another unit."""
+    scale = _UNIT_TO_S.get(str(m.get("unit", "ms")).lower())
+    if scale is None:
+        r._bad(f"metrics.{name}.unit", m.get("unit"), "unit", f"metrics.{name}.unit must be one of ns, us, ms, s")
+    return scale
+
+
 def _metric_s(r: Reader, metrics: Mapping[str, Any], *names: str) -> float | None:
     """A duration metric ``{value, unit}`` in seconds, under the first of ``names`` present; None when absent."""
     name = next((n for n in names if metrics.get(n) is not None), None)
@@ -282,9 +300,8 @@ def _metric_s(r: Reader, metrics: Mapping[str, Any], *names: str) -> float | Non
     if not isinstance(m, dict) or not is_number(m.get("value")):
         r._bad(f"metrics.{name}", m, "type", f"metrics.{name} must be {{value: number, unit: ...}}")
         return None
-    scale = _UNIT_TO_S.get(str(m.get("unit", "ms")).lower())
+    scale = _unit_s(r, name, m)
     if scale is None:
-        r._bad(f"metrics.{name}.unit", m.get("unit"), "unit", f"metrics.{name}.unit must be one of ns, us, ms, s")
         return None
     value = float(m["value"])
     if not math.isfinite(value) or value < 0:
@@ -293,7 +310,27 @@ def _metric_s(r: Reader, metrics: Mapping[str, Any], *names: str) -> float | Non
     return value * scale
 
 
+def _metric_gaps_s(r: Reader, metrics: Mapping[str, Any], name: str) -> list[float] | None:
+    """A list-of-durations metric ``{value: [..], unit}`` (AIPerf's ``inter_chunk_latency``) in seconds; None
+    when absent (or after recording the problem of a value that is not a list of finite numbers >= 0)."""
+    m = metrics.get(name)
+    if m is None:
+        return None
+    if not isinstance(m, dict) or not isinstance(m.get("value"), list):
+        r._bad(f"metrics.{name}", m, "type", f"metrics.{name} must be {{value: [numbers], unit: ...}}")
+        return None
+    scale = _unit_s(r, name, m)
+    values = m["value"]
+    bad = next((k for k, v in enumerate(values) if not (is_number(v) and math.isfinite(float(v)) and v >= 0)), None)
+    if bad is not None:
+        r._bad(f"metrics.{name}.value[{bad}]", values[bad], "type",
+               f"metrics.{name}.value must be a list of finite numbers >= 0")
+        return None
+    return None if scale is None else [float(v) * scale for v in values]
+
+
 def _metric_count(r: Reader, metrics: Mapping[str, Any], *names: str) -> int | None:
+    """A count metric ``{value}`` (a whole number >= 0), under the first of ``names`` present; None when absent."""
     for name in names:
         m = metrics.get(name)
         if m is None:
@@ -320,18 +357,76 @@ GENAI_NO_DURATION = (
 )
 
 
-def _aiperf_tokens(r: Reader, metrics: Mapping[str, Any]) -> tuple[int | None, bool]:
-    """``(output tokens, reasoning included)``: AIPerf's output_sequence_length (output + reasoning tokens),
-    else output_token_count + reasoning_token_count."""
+AIPERF_USAGE_OUT = "usage_completion_tokens"
+AIPERF_USAGE_IN = "usage_prompt_tokens"
+"""AIPerf's record metrics of the server's ``usage`` (``{value, unit: "tokens"}``; ``UsageCompletionTokensMetric``,
+``UsagePromptTokensMetric``): the last ``usage.completion_tokens`` (reasoning tokens included, as the OpenAI API
+counts them) and ``usage.prompt_tokens`` the responses carried; absent when the server sent no usage."""
+
+
+@dataclass(frozen=True)
+class _AiperfTokens:
+    """One record's token counts: the server's ``usage`` and AIPerf's client tokenizer's (None: not recorded).
+
+    ``client_out`` is output_sequence_length (output + reasoning tokens), else output_token_count +
+    reasoning_token_count; ``reasoning``: it includes reasoning tokens the record counts apart."""
+
+    usage_out: int | None
+    client_out: int | None
+    reasoning: bool
+    usage_in: int | None
+    client_in: int | None
+
+    @property
+    def out_from_usage(self) -> bool:
+        """The output count is the server's: its usage, unless it says 0 while the client counted tokens."""
+        return self.usage_out is not None and (self.usage_out > 0 or not self.client_out)
+
+    @property
+    def output(self) -> int | None:
+        """Output tokens: the server's usage (:attr:`out_from_usage`), else the client tokenizer's count."""
+        return self.usage_out if self.out_from_usage else self.client_out
+
+    @property
+    def prompt(self) -> int | None:
+        """Prompt tokens: the server's usage when recorded, else the client tokenizer's count."""
+        return self.usage_in if self.usage_in is not None else self.client_in
+
+
+def _aiperf_tokens(r: Reader, metrics: Mapping[str, Any]) -> _AiperfTokens:
+    """The record's token counts (:class:`_AiperfTokens`); a bad count is recorded as a problem."""
     osl = _metric_count(r, metrics, "output_sequence_length")
     reasoning = metrics.get("reasoning_token_count") is not None
-    if osl is not None:
-        return osl, reasoning
-    out = _metric_count(r, metrics, "output_token_count")
-    think = _metric_count(r, metrics, "reasoning_token_count")
-    if out is None and think is None:
-        return None, False
-    return (out or 0) + (think or 0), think is not None
+    client_out = osl
+    if osl is None:
+        out = _metric_count(r, metrics, "output_token_count")
+        think = _metric_count(r, metrics, "reasoning_token_count")
+        client_out = None if out is None and think is None else (out or 0) + (think or 0)
+        reasoning = think is not None
+    return _AiperfTokens(_metric_count(r, metrics, AIPERF_USAGE_OUT), client_out, reasoning,
+                         _metric_count(r, metrics, AIPERF_USAGE_IN),
+                         _metric_count(r, metrics, "input_sequence_length", "error_isl"))
+
+
+def _tally_tokens(counts: Counter[str], tokens: _AiperfTokens) -> None:
+    """Count where an imported record's token counts came from (and the client's count beside the server's)."""
+    counts["records"] += 1
+    if tokens.out_from_usage:
+        counts["out_usage"] += 1
+        if tokens.client_out is not None:
+            counts["out_both"] += 1
+            counts["out_both_usage_sum"] += tokens.usage_out or 0
+            counts["out_both_client_sum"] += tokens.client_out
+    elif tokens.client_out is not None:
+        counts["out_client"] += 1
+        counts["reasoning"] += tokens.reasoning
+        counts["out_usage_zero"] += tokens.usage_out == 0
+    if tokens.usage_in is not None:
+        counts["in_usage"] += 1
+        if tokens.client_in is not None:
+            counts["in_both"] += 1
+            counts["in_both_usage_sum"] += tokens.usage_in
+            counts["in_both_client_sum"] += tokens.client_in
 
 
 def _aiperf(
@@ -355,6 +450,7 @@ def _aiperf(
             problems.add(row, "metrics", metrics, "type", "metrics must be an object")
             continue
         r = Reader(problems, row, meta, prefix="metadata.")
+        top = Reader(problems, row, rec)  # the record's metrics and error, named from the record's top level
         start_key = next((k for k in AIPERF_START if meta.get(k) is not None), AIPERF_START[0])
         start_ns = r.nanoseconds(start_key)  # ns, kept exact (integers) until differences are taken
         end_ns = r.nanoseconds("request_end_ns", required=False)
@@ -366,23 +462,15 @@ def _aiperf(
             if not options.keep_warmup_cooldown:
                 continue
             tenant = WARMUP_TENANT_CLASS
-        ttft = _metric_s(r, metrics, *AIPERF_TTFT)
-        latency = _metric_s(r, metrics, "request_latency")
-        n_out, reasoning = _aiperf_tokens(r, metrics)
-        counts["reasoning"] += reasoning
-        n_in = _metric_count(r, metrics, "input_sequence_length", "error_isl")
-        icl_m = metrics.get("inter_chunk_latency")
-        gaps: list[float] | None = None
-        if isinstance(icl_m, dict) and isinstance(icl_m.get("value"), list):
-            scale = _UNIT_TO_S.get(str(icl_m.get("unit", "ms")).lower(), 1e-3)
-            if all(is_number(g) and math.isfinite(float(g)) and g >= 0 for g in icl_m["value"]):
-                gaps = [float(g) * scale for g in icl_m["value"]]
-            else:
-                r._bad("metrics.inter_chunk_latency", None, "type", "inter_chunk_latency values must be numbers >= 0")
+        ttft = _metric_s(top, metrics, *AIPERF_TTFT)
+        latency = _metric_s(top, metrics, "request_latency")
+        tokens = _aiperf_tokens(top, metrics)
+        n_out, n_in = tokens.output, tokens.prompt
+        gaps = _metric_gaps_s(top, metrics, "inter_chunk_latency")  # between content responses, seconds
         error = rec.get("error")
         if error is not None and not isinstance(error, dict):
-            r._bad("error", error, "type", "error must be null or {code, type, message}")
-        if not r.ok or start_ns is None:
+            top._bad("error", error, "type", "error must be null or {code, type, message}")
+        if not (r.ok and top.ok) or start_ns is None:
             continue
         if latency is None and end_ns is not None:
             latency = (end_ns - start_ns) / NS_PER_S
@@ -392,18 +480,21 @@ def _aiperf(
         if error is None and not meta.get("was_cancelled"):
             if ttft is None or n_out is None:
                 if ttft is None:
-                    r._bad("metrics.time_to_first_token", None, "missing",
+                    top._bad("metrics.time_to_first_token", None, "missing",
                            "a successful record needs metrics.time_to_first_token (or metrics.ttft)")
                 if n_out is None:
-                    r._bad("metrics.output_sequence_length", None, "missing",
+                    top._bad("metrics.output_sequence_length", None, "missing",
                            "a successful record needs metrics.output_sequence_length (or output_token_count)")
                 continue
             if latency is not None:
-                r.order("time_to_first_token", ttft, "request_latency", latency)
+                top.order("metrics.time_to_first_token", ttft, "metrics.request_latency", latency)
             last = ttft + sum(gaps) if gaps is not None else latency
-            counts["last_from_icl" if gaps is not None else "last_from_latency"] += 1
-            if not r.ok:
+            if not top.ok:
                 continue
+            counts["last_from_icl" if gaps is not None else "last_from_latency"] += 1
+            if gaps is not None and n_out > 1:  # the row keeps them when there is one gap per output token
+                counts["itl_kept" if len(gaps) == n_out - 1 else "itl_dropped"] += 1
+            _tally_tokens(counts, tokens)
             builder.add(Measured(rid, arrival, "ok", n_in or 0, n_out, ttft, last, latency, itl_s=gaps,
                                  tenant_class=tenant))
             continue
@@ -414,6 +505,7 @@ def _aiperf(
         if meta.get("was_cancelled"):
             finish, reject = "client_cancel", None
         counts[f"fail:{finish}:{reject or etype}"] += 1
+        _tally_tokens(counts, tokens)
         got = n_out or 0
         builder.add(Measured(rid, arrival, finish, n_in or 0, got, ttft if got else None, None, latency,
                              reject_reason=reject, error_type=etype, tenant_class=tenant))
@@ -435,9 +527,21 @@ def _aiperf_report(
         f"Metric values converted from their units (ms, ns) to seconds; arrival_unix_s = {start_keys} / 1e9 "
         f"({'; '.join(layouts)}).",
     ]
+    conversions += _aiperf_token_notes(counts)
     if counts["last_from_icl"]:
         conversions.append(f"last_token_s = time_to_first_token + Σ inter_chunk_latency ({counts['last_from_icl']} "
-                           "requests); itl_s kept where there is one gap per token.")
+                           "requests).")
+    if counts["itl_kept"]:
+        conversions.append(
+            f"itl_s = inter_chunk_latency (AIPerf's gaps between content responses, converted from its unit to "
+            f"seconds) for {counts['itl_kept']} request(s) with one gap per output token."
+        )
+    if counts["itl_dropped"]:
+        conversions.append(
+            f"itl_s not imported for {counts['itl_dropped']} request(s) whose inter_chunk_latency has not one gap per "
+            "output token (chunks that carry several tokens): AIPerf records no tokens per chunk, and llmslo's "
+            "ITL is token-weighted."
+        )
     if counts["last_from_latency"]:
         conversions.append(
             f"{counts['last_from_latency']} request(s) have no inter_chunk_latency: last_token_s = request_latency, "
@@ -445,8 +549,9 @@ def _aiperf_report(
         )
     if counts["reasoning"]:
         conversions.append(
-            f"{counts['reasoning']} request(s) carry reasoning tokens: generated_tokens = sent_tokens = AIPerf's "
-            "output_sequence_length (output + reasoning tokens), the N its inter_token_latency divides by."
+            f"{counts['reasoning']} request(s) counted by the client carry reasoning tokens: generated_tokens = "
+            "sent_tokens = AIPerf's output_sequence_length (output + reasoning tokens), the N its "
+            "inter_token_latency divides by."
         )
     if counts["derived_e2e"]:
         conversions.append(f"e2e_s derived as request_end_ns − request_start_ns for {counts['derived_e2e']} "
@@ -464,10 +569,50 @@ def _aiperf_report(
         )
     if note := stop_note(builder, "AIPerf's profile_export.jsonl", "no error"):
         conversions.append(note)
+    conversions.append(AIPERF_QUANTILES)
     return make_report(p, "genai-perf", "AIPerf profile export (JSONL)", n_records, builder, conversions,
                        ["stop vs length (max_tokens is in inputs.json, not here)"], True,
                        f"arrival_unix_s = {start_keys} (Unix ns → s).", id_prefix=prefix,
                        run_duration=(None, AIPERF_NO_DURATION))
+
+
+def _aiperf_token_notes(counts: Counter[str]) -> list[str]:
+    """The import report's sentences on where the records' token counts came from: the server's usage when the
+    record carries it (the client tokenizer's count kept as a note), else AIPerf's client tokenizer."""
+    out: list[str] = []
+    n = counts["records"]
+    if counts["out_usage"]:
+        seen = ""
+        if counts["out_both"]:
+            seen = (f"; AIPerf's client tokenizer counted {counts['out_both_client_sum']:,} output tokens "
+                    f"(output_sequence_length) where the server counted {counts['out_both_usage_sum']:,}, over the "
+                    f"{counts['out_both']} of them that carry both (the client count is not imported)")
+        out.append(f"output tokens: from the server's usage, metrics.usage_completion_tokens, reasoning tokens "
+                   f"included ({counts['out_usage']} of {n} records){seen}.")
+    if counts["out_client"]:
+        zero = (f" ({counts['out_usage_zero']} of them say usage_completion_tokens 0 while the client counted "
+                "tokens)") if counts["out_usage_zero"] else ""
+        out.append(f"output tokens: AIPerf's client tokenizer count, output_sequence_length (output + reasoning "
+                   f"tokens), for {counts['out_client']} of {n} records, which carry no usable server usage"
+                   f"{zero}.")
+    if counts["in_usage"]:
+        seen = ""
+        if counts["in_both"]:
+            seen = (f"; AIPerf's client tokenizer counted {counts['in_both_client_sum']:,} prompt tokens "
+                    f"(input_sequence_length) where the server counted {counts['in_both_usage_sum']:,}, over the "
+                    f"{counts['in_both']} of them that carry both")
+        rest = "; the others: input_sequence_length" if counts["in_usage"] < n else ""
+        out.append(f"prompt tokens: from the server's usage, metrics.usage_prompt_tokens ({counts['in_usage']} of "
+                   f"{n} records){seen}{rest}.")
+    return out
+
+
+AIPERF_QUANTILES = quantile_note(
+    "AIPerf", "numpy.percentile with its default method, in MetricArray.to_result of aiperf/metrics/metric_dicts.py")
+"""How AIPerf computes the percentiles of its summary (ai-dynamo/aiperf, aiperf/metrics/metric_dicts.py)."""
+GENAI_QUANTILES = quantile_note(
+    "GenAI-Perf", "numpy.percentile with its default method, in Statistics of genai_perf/metrics/statistics.py")
+"""How GenAI-Perf computes the percentiles of its summary (triton-inference-server/perf_analyzer)."""
 
 
 def import_genai_perf(

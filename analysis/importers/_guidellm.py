@@ -42,6 +42,7 @@ from llmslo.analysis.importers._common import (
     load_json,
     make_report,
     model_name,
+    quantile_note,
     stop_note,
 )
 from llmslo.analysis.importers._types import (
@@ -194,6 +195,13 @@ def _guidellm_duration(benches: list[Any], keep: bool) -> tuple[float | None, st
     )
 
 
+GUIDELLM_QUANTILES = quantile_note(
+    "guidellm", "Percentiles.from_pdf in guidellm/schemas/statistics.py from guidellm 0.4 on, DistributionSummary "
+    "in guidellm/objects/statistics.py before; up to the float rounding of its cumulative sum", nearest_rank=True)
+"""How guidellm computes the percentiles of its ``metrics`` (vllm-project/guidellm, every version whose report
+this importer reads)."""
+
+
 def import_guidellm(
     path: str | os.PathLike[str], *, model: str | None = None, keep_warmup_cooldown: bool = False
 ) -> tuple[pl.DataFrame, ImportReport]:
@@ -290,6 +298,7 @@ def import_guidellm(
         "tenant_class = the benchmark's scheduling strategy (e.g. constant@5, concurrent@8).",
         *_window_notes(outside, windows, len(benches), keep_warmup_cooldown),
     ]
+    conversions.append(GUIDELLM_QUANTILES)
     if note := stop_note(builder, "guidellm", "status successful"):
         conversions.append(note)
     for key, n in sorted(counts.items()):

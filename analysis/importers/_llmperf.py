@@ -32,6 +32,7 @@ from llmslo.analysis.importers._common import (
     load_json,
     make_report,
     model_name,
+    quantile_note,
     stop_note,
 )
 from llmslo.analysis.importers._types import Importer, ImportOptions, ImportReport
@@ -170,10 +171,16 @@ def import_llmperf(path: str | os.PathLike[str], *, model: str | None = None) ->
         "number_output_tokens; prompt_tokens = number_input_tokens. request_output_throughput_token_per_s "
         "is not imported (the report derives rates)."
     )
+    conversions.append(LLMPERF_QUANTILES)
     missing = ("request start times (arrival_unix_s)", "stop vs length", "per-token gaps (itl_s)")
     report = make_report(p, "llmperf", "LLMPerf individual responses", len(data), builder, conversions,
                          missing, False, NO_ARRIVALS_NOTE, id_prefix=prefix, run_duration=(None, NO_DURATION_NOTE))
     return builder.frame(), report
+
+
+LLMPERF_QUANTILES = quantile_note(
+    "LLMPerf", "pandas Series.quantile with its default interpolation, in metrics_summary of token_benchmark_ray.py")
+"""How LLMPerf computes the percentiles of its summary (ray-project/llmperf, token_benchmark_ray.py)."""
 
 
 def _detect_llmperf(path: Path, head: str) -> bool:

@@ -34,6 +34,7 @@ from llmslo.analysis.importers._common import (
     load_json_documents,
     make_report,
     model_name,
+    quantile_note,
     stop_note,
 )
 from llmslo.analysis.importers._types import Importer, ImportOptions, ImportReport
@@ -208,6 +209,11 @@ def _vllm_run(
     return n
 
 
+VLLM_QUANTILES = quantile_note(
+    "vLLM bench", "numpy.percentile with its default method, in calculate_metrics of vllm/benchmarks/serve.py")
+"""How vLLM bench computes the percentiles it saves (vllm-project/vllm, vllm/benchmarks/serve.py)."""
+
+
 def import_vllm_bench(
     path: str | os.PathLike[str], *, model: str | None = None
 ) -> tuple[pl.DataFrame, ImportReport]:
@@ -256,6 +262,7 @@ def import_vllm_bench(
             f"itl_s not imported for {counts['itl_dropped']} request(s): their itls are gaps between stream chunks "
             "that carry several tokens (vLLM bench's ITL is per chunk, ours is token-weighted)."
         )
+    conversions.append(VLLM_QUANTILES)
     if note := stop_note(builder, "vLLM bench", "empty error"):
         conversions.append(note)
     for key, n in sorted(counts.items()):

@@ -24,6 +24,7 @@ from llmslo.analysis.report._model import (
     Distribution,
     Group,
     GroupRateBasis,
+    QuantileComparison,
     RateBasis,
     Report,
     SuccessOnlyTtft,
@@ -51,6 +52,7 @@ from llmslo.analysis.report._report import (
     DEFINITIONS,
     GROUP_COLUMNS,
     LATENCY_INTERVALS,
+    QUANTILE_DEFINITIONS,
     QUANTILES,
     WINDOW_KEY,
     ReportSpec,
@@ -68,6 +70,7 @@ from llmslo.analysis.report._selection import (
     store_contents,
 )
 from llmslo.analysis.report._series import ECDF_MAX_POINTS, Ecdf, latency_ecdf
+from llmslo.analysis.report._sql import DEFAULT_QUANTILE_METHOD, QUANTILE_METHODS, QuantileMethod
 from llmslo.analysis.report._survival import km_quantiles, quantile_label
 
 __all__ = [
@@ -79,6 +82,7 @@ __all__ = [
     "CLIENT_DEFINITIONS",
     "CensoringAwareTtft",
     "Clock",
+    "DEFAULT_QUANTILE_METHOD",
     "DEFAULT_TPOT_S",
     "DEFAULT_TTFT_S",
     "DEFINITIONS",
@@ -95,6 +99,9 @@ __all__ = [
     "MAX_WINDOWS",
     "PlaceableRows",
     "QUANTILES",
+    "QUANTILE_DEFINITIONS",
+    "QUANTILE_METHODS",
+    "QuantileMethod",
     "RateBasis",
     "Report",
     "ReportDataError",
@@ -103,6 +110,7 @@ __all__ = [
     "SelectedRows",
     "StoreContents",
     "SuccessOnlyTtft",
+    "QuantileComparison",
     "SurvivorBias",
     "TableRows",
     "Tokens",

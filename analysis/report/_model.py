@@ -8,16 +8,20 @@ that cannot be computed is ``None`` (JSON ``null``), never 0.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
 from llmslo.analysis.report._policy import GoodputPolicy
+
+if TYPE_CHECKING:
+    from llmslo.analysis.report._sql import QuantileMethod
 
 __all__ = [
     "Accounting",
     "Bucket",
     "CensoringAwareTtft",
     "Distribution",
+    "QuantileComparison",
     "Group",
     "GroupRateBasis",
     "RateBasis",
@@ -123,6 +127,29 @@ class CensoringAwareTtft:
                 "at_least_s": self.at_least_s}
 
 
+@dataclass(frozen=True)
+class QuantileComparison:
+    """The survivor check of one TTFT quantile (docs/definitions.md, "Survivor bias").
+
+    ``allowed`` is ``1 - q``: the share of admitted requests that may wait longer than the q-quantile;
+    ``share`` the Kaplan–Meier share that waited longer than the success-only quantile, ``band`` its
+    sampling band (Greenwood), both fractions, None when not ``judged`` (too few requests: ``reason`` says
+    how many it needs). ``optimistic``: the share exceeds ``allowed`` beyond the band and the censoring-aware
+    quantile exceeds the success-only one beyond the tolerance."""
+
+    label: str
+    allowed: float
+    share: float | None
+    band: float | None
+    judged: bool
+    optimistic: bool
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"allowed": self.allowed, "share_beyond": self.share, "band": self.band, "judged": self.judged,
+                "optimistic": self.optimistic, "reason": self.reason}
+
+
 @dataclass
 class SurvivorBias:
     """Does success-only latency flatter this group? The accounting, both TTFT estimates, the verdict."""
@@ -133,11 +160,14 @@ class SurvivorBias:
     ttft_censoring_aware: CensoringAwareTtft
     verdict: Verdict
     reasons: list[str]
+    comparisons: Mapping[str, QuantileComparison] = field(default_factory=dict)
+    """The tail quantiles compared, by label (none when nothing is censored: the estimates then agree)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"accounting": self.accounting.to_dict(), "shed_cancel_fraction": self.shed_cancel_fraction,
                 "ttft_success_only": self.ttft_success_only.to_dict(),
                 "ttft_censoring_aware": self.ttft_censoring_aware.to_dict(),
+                "comparisons": {k: c.to_dict() for k, c in self.comparisons.items()},
                 "verdict": self.verdict, "reasons": list(self.reasons)}
 
 
@@ -286,7 +316,8 @@ class Report:
     """The whole report: the policy it was judged under, its horizon (``until_unix_s``, Unix seconds:
     requests that finished after it are in flight; None: when the data was taken), its grouping and rate
     basis, the definitions of its figures (worded for the clock the rows were measured on: ``clock``),
-    caveats about the data, totals and groups (in group-key order)."""
+    caveats about the data, totals and groups (in group-key order). ``quantiles`` names the definition of its
+    quantiles, ``linear`` (the default) or ``nearest-rank``; ``definitions["quantiles"]`` words it."""
 
     schema_version: int
     caveats: tuple[str, ...]
@@ -298,6 +329,7 @@ class Report:
     groups: tuple[Group, ...]
     until_unix_s: float | None = None
     clock: Clock | None = None
+    quantiles: QuantileMethod = "linear"
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready form (``llmslo report --json``)."""
@@ -309,6 +341,7 @@ class Report:
             "group_by": list(self.group_by),
             "rate_basis": self.rate_basis.to_dict(),
             "clock": None if self.clock is None else self.clock.to_dict(),
+            "quantiles": self.quantiles,
             "definitions": dict(self.definitions),
             "totals": self.totals.to_dict(),
             "groups": [g.to_dict() for g in self.groups],

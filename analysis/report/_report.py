@@ -26,6 +26,7 @@ from llmslo.analysis.report._model import (
     Distribution,
     Group,
     GroupRateBasis,
+    QuantileComparison,
     RateBasis,
     Report,
     SuccessOnlyTtft,
@@ -44,12 +45,15 @@ from llmslo.analysis.report._provenance import (
     stored_arrival_range,
 )
 from llmslo.analysis.report._sql import (
+    DEFAULT_QUANTILE_METHOD,
     LATENCY_INTERVALS,
+    QUANTILE_METHODS,
     QUANTILES,
     SURVIVOR_QUANTILES,
     TOKEN_COUNTS,
     WINDOW_KEY,
     ProgressCallback,
+    QuantileMethod,
     RawReport,
     bucket_bounds,
     fetch_raw,
@@ -66,9 +70,16 @@ SURVIVOR_TOLERANCE = 0.10
 fraction (docs/conventions.md, "Survivor bias")."""
 SURVIVOR_MIN_REQUESTS = 20
 """Below this many admitted requests in a group the survivor-bias verdict is ``insufficient_data``."""
+SURVIVOR_MIN_BEYOND = 5
+"""A TTFT quantile ``q`` is compared only when the group's admitted requests ``n`` put at least this many beyond
+it, ``n (1 - q) >= 5``: p90 from 50 admitted requests, p99 from 500 (docs/conventions.md, "Survivor bias")."""
+SURVIVOR_Z = 2.576
+"""The one-sided 99.5 % normal quantile: the band (in standard errors) a difference must exceed to be called
+bias rather than sampling (Greenwood's variance for a quantile's share; the pooled binomial one for a rise of
+the shed/cancel fraction)."""
 SHED_RISE = 0.05
 """Absolute rise of the shed/cancel fraction between consecutive windows that, with an improving
-success-only TTFT p99, flags survivor bias."""
+success-only TTFT p99, flags survivor bias (when the rise is also beyond :data:`SURVIVOR_Z` standard errors)."""
 SHED_REASONS: tuple[str, ...] = ("rejected", "client_cancel", "deadline", "server_draining")
 SHED_NOTABLE = 0.10
 """A shed/cancel fraction at or above this makes success-only latency unrepresentative on its own
@@ -91,6 +102,13 @@ DEFINITIONS: dict[str, str] = {
 }
 """The definitions of a report over rows measured by the server (:func:`definitions_for` words them for the
 clock the rows were measured on)."""
+QUANTILE_DEFINITIONS: dict[QuantileMethod, str] = {
+    "linear": DEFINITIONS["quantiles"],
+    "nearest-rank": "NEAREST RANK (--quantiles nearest-rank, not the default): exact, the smallest value whose rank "
+                    "is at least ceil(q n) among the group's n values, always an observed value (numpy's "
+                    "inverted_cdf), as guidellm reports its percentiles",
+}
+"""The ``quantiles`` definition of a report by its quantile method (docs/definitions.md, "Quantiles")."""
 CLIENT_DEFINITIONS: dict[str, str] = {
     "ttft_s": "first content chunk received - request sent (client clock: includes the network and the server's "
               "queueing and prefill)",
@@ -104,10 +122,12 @@ CLIENT_DEFINITIONS: dict[str, str] = {
 benchmark files')."""
 
 
-def definitions_for(clock: Clock) -> dict[str, str]:
+def definitions_for(clock: Clock, quantiles: QuantileMethod = DEFAULT_QUANTILE_METHOD) -> dict[str, str]:
     """The report's definitions worded for ``clock``: the server's (:data:`DEFINITIONS`), a client's
-    (:data:`CLIENT_DEFINITIONS` in their place), both for mixed rows, and how the clock was told."""
+    (:data:`CLIENT_DEFINITIONS` in their place), both for mixed rows, and how the clock was told; ``quantiles``
+    the quantile method (:data:`QUANTILE_DEFINITIONS`)."""
     out = dict(DEFINITIONS)
+    out["quantiles"] = QUANTILE_DEFINITIONS[quantiles]
     rest = clock.rows - clock.client_rows - clock.server_rows
     untold = f"; {rest:,} carry no time that tells (e.g. refusals)" if rest else ""
     if clock.kind == "client":
@@ -136,6 +156,7 @@ __all__ = [
     "GROUP_COLUMNS",
     "LATENCY_INTERVALS",
     "QUANTILES",
+    "QUANTILE_DEFINITIONS",
     "WINDOW_KEY",
     "ReportSpec",
     "build_report",
@@ -148,13 +169,20 @@ class ReportSpec:
     """What to report: the policy (with its window), the grouping, and the horizon ``until_unix_s``
     (Unix seconds): only requests that arrived by then are reported, and those that finished after it
     are in flight. None (the default) is when the data was taken: every stored request has reached its
-    terminal state, none is in flight."""
+    terminal state, none is in flight. ``quantiles``: the definition of every quantile the report computes
+    from values, ``linear`` (the default) or ``nearest-rank`` (docs/definitions.md, "Quantiles")."""
 
     policy: GoodputPolicy
     by: tuple[str, ...] = ()
     until_unix_s: float | None = None
+    quantiles: QuantileMethod = DEFAULT_QUANTILE_METHOD
 
     def __post_init__(self) -> None:
+        if self.quantiles not in QUANTILE_METHODS:
+            raise ConfigurationError(
+                f"report --quantiles: {self.quantiles!r} is not one of {', '.join(QUANTILE_METHODS)} (linear: "
+                "interpolation between order statistics, the default; nearest-rank: the value of rank ceil(q n))"
+            )
         until = self.until_unix_s
         if until is not None and not (math.isfinite(until) and ARRIVAL_MIN_UNIX_S <= until <= ARRIVAL_MAX_UNIX_S):
             raise ConfigurationError(
@@ -204,7 +232,7 @@ def build_report(
             check_window_count(database, policy.window_s, arrivals, until_unix_s=spec.until_unix_s)
     imports = arrivalless_imports(database)
     raw = fetch_raw(database, policy, spec.keys, until_unix_s=spec.until_unix_s, arrivalless=tuple(imports),
-                    on_progress=on_progress, check_arrivals=check_arrivals_after)
+                    on_progress=on_progress, check_arrivals=check_arrivals_after, quantiles=spec.quantiles)
     span = _span(raw, policy, spec.until_unix_s)
     bounds = {name: bucket_bounds(name, policy) for name in LATENCY_INTERVALS}
     groups = [_group(row, raw, bounds, _group_rate(row, spec, span.seconds, imports)) for row in raw.main]
@@ -218,7 +246,8 @@ def build_report(
     totals = Totals(raw.n_total, attempted, good, in_flight, good / settled if settled else None)
     clock = Clock(raw.n_total, raw.client_clock_rows, raw.server_clock_rows)
     return Report(SCHEMA_VERSION, tuple(_import_caveats(database)), policy, spec.keys, rate_basis,
-                  definitions_for(clock), totals, tuple(groups), spec.until_unix_s, clock)
+                  definitions_for(clock, spec.quantiles), totals, tuple(groups), spec.until_unix_s, clock,
+                  spec.quantiles)
 
 
 def _span(raw: RawReport, policy: GoodputPolicy, until_unix_s: float | None) -> RateBasis:
@@ -438,6 +467,7 @@ def _survivor(
         aware = CensoringAwareTtft(int(km["n"]), int(km["n_events"]), int(km["n_censored"]),
                                    {label: finite(km[label]) for label in labels}, finite(km["max_censored_t"]))
     reasons: list[str] = []
+    comparisons: dict[str, QuantileComparison] = {}
     verdict: Verdict
     if aware.count < SURVIVOR_MIN_REQUESTS or success_only.count == 0:
         verdict = "insufficient_data"
@@ -445,32 +475,72 @@ def _survivor(
             f"{aware.count} admitted request(s), {success_only.count} successful with a first token: "
             f"a verdict needs at least {SURVIVOR_MIN_REQUESTS} admitted and one successful"
         )
+    elif aware.censored == 0:
+        verdict = "consistent"  # one quantile definition: without censoring the two estimates are the same
     else:
-        verdict = "consistent"
-        for label in labels[1:]:
-            so, ca = success_only.quantiles[label], aware.quantiles[label]
-            if so is None:
-                continue
-            if ca is None:
-                verdict = "optimistic"
-                reasons.append(
-                    f"TTFT {label}: success-only {so:.3g}s, but too many requests ended without a first "
-                    f"token to bound it: at least {aware.at_least_s or 0.0:.3g}s"
-                )
-            elif ca > so * (1 + SURVIVOR_TOLERANCE):
-                verdict = "optimistic"
-                reasons.append(
-                    f"TTFT {label}: success-only {so:.3g}s vs censoring-aware {ca:.3g}s "
-                    f"(+{(ca / so - 1) * 100:.0f}%, tolerance {SURVIVOR_TOLERANCE * 100:.0f}%)"
-                )
+        assert km is not None
+        comparisons = {label: _compare_quantile(q, label, success_only, aware, km)
+                       for q, label in zip(SURVIVOR_QUANTILES[1:], labels[1:], strict=True)}
+        judged = [c for c in comparisons.values() if c.judged]
+        verdict = "optimistic" if any(c.optimistic for c in judged) else "consistent"
+        reasons += [c.reason for c in judged if c.optimistic]
+        if not judged:
+            verdict = "insufficient_data"
+            reasons.append(
+                f"{aware.censored} of {aware.count} admitted requests censored, but too few requests to judge a "
+                f"tail quantile: {', '.join(c.reason for c in comparisons.values())}"
+            )
     shed_fraction = shed / settled if settled else None
-    if verdict != "insufficient_data" and shed_fraction is not None and shed_fraction >= SHED_NOTABLE:
+    enough = aware.count >= SURVIVOR_MIN_REQUESTS and success_only.count > 0
+    if enough and shed_fraction is not None and shed_fraction >= SHED_NOTABLE:
         verdict = "optimistic"
         reasons.append(
             f"{shed_fraction:.0%} of settled requests were rejected, cancelled, timed out or drained "
             f"(at or above {SHED_NOTABLE:.0%}): success-only latency describes only the rest"
         )
-    return SurvivorBias(accounting, shed_fraction, success_only, aware, verdict, reasons)
+    return SurvivorBias(accounting, shed_fraction, success_only, aware, verdict, reasons, comparisons)
+
+
+def _compare_quantile(q: float, label: str, success_only: SuccessOnlyTtft, aware: CensoringAwareTtft,
+                      km: dict[str, Any]) -> QuantileComparison:
+    """The survivor check of one TTFT quantile of a group with censored requests (docs/definitions.md,
+    "Survivor bias"): is the share of admitted requests that waited longer than the success-only quantile
+    (Kaplan–Meier's survival there) above ``1 - q`` by more than :data:`SURVIVOR_Z` Greenwood standard errors,
+    and the censoring-aware quantile more than :data:`SURVIVOR_TOLERANCE` above the success-only one?"""
+    allowed = 1.0 - q
+    so = success_only.quantiles[label]
+    ca = aware.quantiles[label]
+    need = math.ceil(SURVIVOR_MIN_BEYOND / allowed - 1e-9)
+    if aware.count < need or so is None:
+        why = (f"{label} needs {need} admitted requests ({SURVIVOR_MIN_BEYOND} beyond it), this group has "
+               f"{aware.count}" if so is not None else f"{label}: no successful request with a first token")
+        return QuantileComparison(label, allowed, None, None, False, False, why)
+    share = finite(km.get(f"s_at_{label}"))
+    gw = finite(km.get(f"gw_at_{label}"))
+    if share is None or gw is None:  # no comparison computed (no successful event): nothing to judge
+        return QuantileComparison(label, allowed, None, None, False, False, f"{label}: not computed")
+    band = SURVIVOR_Z * share * math.sqrt(gw)
+    beyond = share - allowed > band if band > 0 else share - allowed > 0
+    material = ca is None or ca > so * (1 + SURVIVOR_TOLERANCE)
+    waited = (f"{share:.1%} of admitted requests waited longer (Kaplan–Meier), where at most {allowed:.0%} would "
+              f"(+{band:.1%} sampling band)")
+    if ca is None:
+        reason = (f"TTFT {label}: success-only {so:.3g}s, but {waited}; the censoring-aware {label} is unbounded: "
+                  f"at least {aware.at_least_s or 0.0:.3g}s")
+    else:
+        reason = (f"TTFT {label}: success-only {so:.3g}s vs censoring-aware {ca:.3g}s "
+                  f"({(ca / so - 1) * 100:+.0f}%, tolerance {SURVIVOR_TOLERANCE * 100:.0f}%); {waited}")
+    return QuantileComparison(label, allowed, share, band, True, beyond and material, reason)
+
+
+def _rise_beyond_sampling(p1: float, n1: int, p2: float, n2: int) -> bool:
+    """Whether a fraction rising from ``p1`` (of ``n1``) to ``p2`` (of ``n2``) rose by more than
+    :data:`SURVIVOR_Z` standard errors of the pooled binomial difference."""
+    if n1 <= 0 or n2 <= 0:
+        return False
+    pooled = (p1 * n1 + p2 * n2) / (n1 + n2)
+    se = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
+    return p2 - p1 > SURVIVOR_Z * se if se > 0 else p2 > p1
 
 
 def _flag_shed_trend(groups: list[Group], spec: ReportSpec) -> None:
@@ -490,7 +560,9 @@ def _flag_shed_trend(groups: list[Group], spec: ReportSpec) -> None:
             tp, tc = sp.ttft_success_only.quantiles[label], sc.ttft_success_only.quantiles[label]
             if fp is None or fc is None or tp is None or tc is None or sc.verdict == "insufficient_data":
                 continue
-            if fc - fp >= SHED_RISE and tc < tp:
+            n1 = sp.accounting.attempted - sp.accounting.in_flight
+            n2 = sc.accounting.attempted - sc.accounting.in_flight
+            if fc - fp >= SHED_RISE and tc < tp and _rise_beyond_sampling(fp, n1, fc, n2):
                 sc.verdict = "optimistic"
                 sc.reasons.append(
                     f"shed/cancel fraction rose {fp:.1%} -> {fc:.1%} while success-only TTFT {label} "

@@ -5,7 +5,8 @@ the main aggregate (counts, goodput, exact quantiles, bucket counts, token sums,
 where they exist the group's ITL distribution and censoring-aware (Kaplan–Meier) TTFT. Column names of
 those rows (``<interval>__count``, ``__mean``, ``__q``, ``__max``, ``__le<i>``; ``so__n``, ``so__q``;
 ``n``, ``n_events``, ``n_censored``, ``p50``…, ``max_censored_t``) are this module's vocabulary.
-Quantiles are exact (linear interpolation between order statistics, numpy's default).
+Quantiles are exact, by one definition for the whole report (:func:`report_quantiles`): linear interpolation
+between order statistics (numpy's default), or on request nearest rank (docs/definitions.md, "Quantiles").
 
 The SQL is written once per database through :mod:`llmslo.analysis.databases`: :func:`fetch_raw` takes a DuckDB
 connection (as it always did) or an :class:`~llmslo.analysis.databases.Database`, and every primitive that the
@@ -18,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import duckdb
 
@@ -36,14 +37,19 @@ from llmslo.telemetry import DEFAULT_BUCKETS_S, FINISH_REASONS, TPOT_SQL, Config
 
 __all__ = [
     "finite",
+    "DEFAULT_QUANTILE_METHOD",
     "LATENCY_INTERVALS",
     "QUANTILES",
+    "QUANTILE_METHODS",
+    "QuantileMethod",
     "SURVIVOR_QUANTILES",
+    "COMPARISON_PREFIXES",
     "TOKEN_COUNTS",
     "WINDOW_KEY",
     "RawReport",
     "bucket_bounds",
     "fetch_raw",
+    "report_quantiles",
 ]
 
 WINDOW_KEY = "window_start_unix_s"
@@ -51,6 +57,14 @@ LATENCY_INTERVALS: tuple[str, ...] = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "que
 """Intervals reported as distributions (``tpot_s`` derived; ``itl_s`` from the per-request gap lists)."""
 QUANTILES: tuple[float, ...] = (0.5, 0.9, 0.95, 0.99)
 SURVIVOR_QUANTILES: tuple[float, ...] = (0.5, 0.9, 0.99)
+COMPARISON_PREFIXES: tuple[str, ...] = ("so_", "s_at_", "gw_at_")
+"""The survivor-bias comparison's columns of a censored group, each followed by a quantile label: the success-only
+quantile (seconds), the Kaplan–Meier survival there and Greenwood's sum there."""
+QuantileMethod = Literal["linear", "nearest-rank"]
+"""How the report computes a quantile from a group's values (docs/definitions.md, "Quantiles")."""
+QUANTILE_METHODS: tuple[QuantileMethod, ...] = ("linear", "nearest-rank")
+DEFAULT_QUANTILE_METHOD: QuantileMethod = "linear"
+"""Linear interpolation between order statistics (numpy's default, DuckDB's ``quantile_cont``)."""
 TOKEN_COUNTS: tuple[str, ...] = ("prompt_tokens", "proposed_tokens", "generated_tokens", "sent_tokens")
 
 ProgressCallback = Callable[[str], None]
@@ -200,17 +214,34 @@ def _pack(specs: Sequence[_Holistic], rows: list[dict[str, Any]], budget_bytes: 
     return [b for b in batches if b]
 
 
+def report_quantiles(dialect: Dialect, expr: str, quantiles: Sequence[float], method: QuantileMethod,
+                     cond: str | None = None) -> str:
+    """The report's one quantile function: the SQL aggregate of the exact ``quantiles`` of ``expr`` (a list, in
+    the unit of ``expr``; NULL or NaNs without values), over the rows where ``cond`` holds when given, by
+    ``method``: ``linear`` (:meth:`Dialect.exact_quantiles`, linear interpolation between order statistics) or
+    ``nearest-rank`` (:meth:`Dialect.nearest_rank_quantiles`, the value of rank ``ceil(n q)``). Every quantile
+    the report computes from values goes through here. Raises ``ValueError`` for another method."""
+    if method == "linear":
+        return dialect.exact_quantiles(expr, quantiles, cond)
+    if method == "nearest-rank":
+        return dialect.nearest_rank_quantiles(expr, quantiles, cond)
+    raise ValueError(f"quantile method {method!r} is not one of {', '.join(QUANTILE_METHODS)}")
+
+
 def _add_distribution(query: _Query, dialect: Dialect, expr: str, alias: str, bounds: Sequence[float],
-                      deferred: list[_Holistic] | None = None) -> None:
-    """Mean, exact quantiles at :data:`QUANTILES`, max, count and cumulative bucket counts
-    (``<alias>__le<i>``: values ``<= bound i``) of ``expr`` (seconds), as the database writes them
-    (:meth:`Dialect.distribution`). With ``deferred`` the quantiles are left out of ``query`` and listed
-    there, to run apart (:func:`_run_holistic`)."""
-    inner, outer = dialect.distribution(expr, alias, bounds, QUANTILES, with_quantiles=deferred is None)
+                      method: QuantileMethod, deferred: list[_Holistic] | None = None) -> None:
+    """Mean, exact quantiles at :data:`QUANTILES` by ``method`` (:func:`report_quantiles`), max, count and
+    cumulative bucket counts (``<alias>__le<i>``: values ``<= bound i``) of ``expr`` (seconds), as the database
+    writes them (:meth:`Dialect.distribution`, its quantiles replaced). With ``deferred`` the quantiles are left
+    out of ``query`` and listed there, to run apart (:func:`_run_holistic`)."""
+    inner, outer = dialect.distribution(expr, alias, bounds, QUANTILES, with_quantiles=False)
     query.inner += inner
     query.outer += outer
-    if deferred is not None:
-        deferred.append(_Holistic(dialect.exact_quantiles(expr, QUANTILES), None, f"{alias}__q", f"{alias}__count"))
+    spec = _Holistic(report_quantiles(dialect, expr, QUANTILES, method), None, f"{alias}__q", f"{alias}__count")
+    if deferred is None:
+        query.add(spec.aggregate(), spec.alias)
+    else:
+        deferred.append(spec)
 
 
 def _run_holistic(database: Database, source: str, keys: tuple[str, ...], rows: list[dict[str, Any]],
@@ -356,6 +387,7 @@ def fetch_raw(
     arrivalless: Sequence[str] = (),
     on_progress: ProgressCallback | None = None,
     check_arrivals: bool = False,
+    quantiles: QuantileMethod = DEFAULT_QUANTILE_METHOD,
 ) -> RawReport:
     """Run the report's queries over the store open on ``con`` (a DuckDB connection or a database), grouped by
     ``keys`` (columns, and
@@ -392,7 +424,14 @@ def fetch_raw(
     finite values (the store holds no others). With ``check_arrivals`` (only without a horizon: every row
     is aggregated) the main aggregate also counts the rows whose arrival time cannot be placed, and
     :func:`~llmslo.analysis.report.stored_arrival_range` raises its error naming them when there are any.
+
+    ``quantiles`` is the definition of every quantile computed from values (:func:`report_quantiles`): the
+    latency distributions and ITL. The survivor check's two TTFT estimates are nearest-rank whatever it is: the
+    success-only TTFT (:meth:`~llmslo.analysis.databases.Dialect.nearest_rank_quantiles`) and the Kaplan–Meier
+    TTFT, a step function (without censoring, the nearest-rank quantile).
     """
+    if quantiles not in QUANTILE_METHODS:
+        raise ConfigurationError(f"report --quantiles: {quantiles!r} is not one of {', '.join(QUANTILE_METHODS)}")
     database = as_database(con)
     d = database.dialect
     text = d.text
@@ -466,30 +505,22 @@ def fetch_raw(
         else:
             q.add(d.count_if(cond), alias)
     deferred: list[_Holistic] | None = [] if budget is not None else None
-    so_from_ttft = False
     for name, expr in _INTERVAL_EXPR.items():
         if present[name]:
-            _add_distribution(q, d, expr, name, bounds[name], deferred)
+            _add_distribution(q, d, expr, name, bounds[name], quantiles, deferred)
         else:
             filled.update(_empty_distribution(name, bounds[name]))
     if present["ttft_s"]:
         successful = f"finish_reason IN ({success})"
-        if by_reason and set(SURVIVOR_QUANTILES) <= set(QUANTILES):
-            # the success-only TTFT of a successful group is its TTFT distribution (the same
-            # quantile_cont values), and of any other group empty
-            q.outer.append(f"CASE WHEN {successful} THEN ttft_s__count ELSE 0 END AS so__n")
-            picks = ", ".join(f"ttft_s__q[{QUANTILES.index(sq) + 1}]" for sq in SURVIVOR_QUANTILES)
-            if deferred is None:
-                q.outer.append(f"CASE WHEN {successful} AND ttft_s__q IS NOT NULL THEN [{picks}] END AS so__q")
-            else:
-                so_from_ttft = True
+        # the success-only TTFT is always a nearest-rank quantile, whatever the report's method: the
+        # Kaplan-Meier quantile's definition (docs/definitions.md, "Survivor bias"), so that the survivor check
+        # compares one definition and, without censoring, the two agree
+        q.add(d.count_where("ttft_s", successful), "so__n")
+        if deferred is None:
+            q.add(d.nearest_rank_quantiles("ttft_s", SURVIVOR_QUANTILES, successful), "so__q")
         else:
-            q.add(d.count_where("ttft_s", successful), "so__n")
-            if deferred is None:
-                q.add(d.exact_quantiles("ttft_s", SURVIVOR_QUANTILES, successful), "so__q")
-            else:
-                deferred.append(_Holistic(d.exact_quantiles("ttft_s", SURVIVOR_QUANTILES), successful, "so__q",
-                                          "so__n"))
+            deferred.append(_Holistic(d.nearest_rank_quantiles("ttft_s", SURVIVOR_QUANTILES), successful, "so__q",
+                                      "so__n"))
         # Kaplan-Meier without censoring = inverse empirical CDF over the admitted rows, exactly
         # (DECIMAL fractions: DuckDB computes the index ceil(n q) - 1 in integer arithmetic).
         if d.inverse_cdf_shortcut:
@@ -518,11 +549,6 @@ def fetch_raw(
         if on_progress and rest:
             on_progress("exact quantiles")
         _run_holistic(database, base, keys, main, rest, budget)
-        if so_from_ttft:
-            positions = [QUANTILES.index(sq) for sq in SURVIVOR_QUANTILES]
-            for row in main:
-                ok = row["finish_reason"] in policy.success and row.get("ttft_s__q") is not None
-                row["so__q"] = [row["ttft_s__q"][i] for i in positions] if ok else None
 
     n_total = client_clock = server_clock = 0
     span_from: float | None = None
@@ -550,7 +576,7 @@ def fetch_raw(
             on_progress("inter-token latency")
         itl = _Query()
         itl_deferred: list[_Holistic] | None = [] if budget is not None else None
-        _add_distribution(itl, d, "g", "itl_s", bounds["itl_s"], itl_deferred)
+        _add_distribution(itl, d, "g", "itl_s", bounds["itl_s"], quantiles, itl_deferred)
         gaps = (f"SELECT {', '.join([*keys, d.unnest('itl_s') + ' AS g'])} FROM ({base}) "
                 f"WHERE {d.has_elements('itl_s')}")
         found = database.rows(itl.sql(keys, gaps))
@@ -559,7 +585,8 @@ def fetch_raw(
         for itl_row in found:
             itl_rows[tuple(itl_row[k] for k in keys)] = itl_row
 
-    km = _censoring_aware(database, base, keys, admitted_groups, on_progress)
+    km = _censoring_aware(database, base, keys, admitted_groups, on_progress,
+                          successful=f"finish_reason IN ({success})")
     return RawReport(keys, n_total, finite(span_from), finite(span_to), main, itl_rows, km, client_clock, server_clock)
 
 
@@ -608,6 +635,8 @@ def _censoring_aware(
     keys: tuple[str, ...],
     admitted: dict[Key, _AdmittedGroup],
     on_progress: ProgressCallback | None,
+    *,
+    successful: str,
 ) -> dict[Key, dict[str, Any]]:
     """Each group's Kaplan–Meier TTFT row (its key columns, ``n``, ``n_events``, ``n_censored``, the
     quantiles and ``max_censored_t`` in seconds), keyed by group; groups without admitted rows are absent.
@@ -622,6 +651,10 @@ def _censoring_aware(
 
     A database without the shortcut (ClickHouse) answers every admitted group by
     :func:`~llmslo.analysis.databases.km_quantiles_by_group_sql`: one query grouped by the keys.
+
+    A group with censored rows also gets the survivor-bias comparison (``so_<label>``, ``s_at_<label>``,
+    ``gw_at_<label>``: the success-only quantile, the survival there, Greenwood's sum there), over its rows
+    where ``successful`` (SQL) holds; a group without censored rows needs none (the two estimates agree).
     """
     labels = [quantile_label(q) for q in SURVIVOR_QUANTILES]
     max_n = inverse_cdf_max_n(SURVIVOR_QUANTILES)
@@ -639,12 +672,13 @@ def _censoring_aware(
         return km
     if on_progress:
         on_progress("censoring-aware TTFT")
-    fields = ("n", "n_events", "n_censored", *labels, "max_censored_t")
+    compared = tuple(p + label for label in labels for p in COMPARISON_PREFIXES)
+    fields = ("n", "n_events", "n_censored", *labels, "max_censored_t", *compared)
     if not shortcut:
         wanted = set(ranked)
-        source = (f"SELECT {''.join(f'{k}, ' for k in keys)}coalesce(ttft_s, e2e_s) AS t, ttft_s IS NOT NULL AS event "
-                  f"FROM ({base}) AS b WHERE {ADMITTED}")
-        for r in database.rows(km_quantiles_by_group_sql(source, keys, SURVIVOR_QUANTILES, labels)):
+        source = (f"SELECT {''.join(f'{k}, ' for k in keys)}coalesce(ttft_s, e2e_s) AS t, ttft_s IS NOT NULL AS event, "
+                  f"{successful} AS success FROM ({base}) AS b WHERE {ADMITTED}")
+        for r in database.rows(km_quantiles_by_group_sql(source, keys, SURVIVOR_QUANTILES, labels, success=True)):
             key = tuple(r[k] for k in keys)
             if key in wanted:
                 km[key] = {**dict(zip(keys, key, strict=True)), **{c: r[c] for c in fields}}
@@ -657,12 +691,13 @@ def _censoring_aware(
                      *(f"(CAST(? AS {_sql_type(v)}[]))[_km_i + 1] AS {k}" for k, v in zip(keys, columns, strict=True))])
     where = [f"b.{ADMITTED}", *(f for k, v in zip(keys, columns, strict=True) if (f := _in_list(k, v)))]
     source = (
-        f"SELECT g._km_gid, coalesce(b.ttft_s, b.e2e_s) AS t, b.ttft_s IS NOT NULL AS event "
+        f"SELECT g._km_gid, coalesce(b.ttft_s, b.e2e_s) AS t, b.ttft_s IS NOT NULL AS event, "
+        f"b.{successful} AS success "
         f"FROM ({base}) AS b JOIN _km_g AS g ON {_match(keys, 'b', 'g')} WHERE {' AND '.join(where)}"
     )
     sql = (
         f"WITH _km_g AS MATERIALIZED (SELECT {ids} FROM range({len(ranked)}) AS _km_range(_km_i)),\n"
-        f"_km_res AS ({km_quantiles_by_id_sql(source, SURVIVOR_QUANTILES)})\n"
+        f"_km_res AS ({km_quantiles_by_id_sql(source, SURVIVOR_QUANTILES, success=True)})\n"
         f"SELECT _km_gid, {', '.join(fields)} FROM _km_res"
     )
     for r in database.rows(sql, columns) if columns else database.rows(sql):

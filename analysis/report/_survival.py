@@ -146,7 +146,7 @@ def _checked_labels(quantiles: Sequence[float]) -> tuple[list[float], list[str]]
     return qs, labels
 
 
-def _km_ctes(rows: str, qs: Sequence[float], labels: Sequence[str]) -> str:
+def _km_ctes(rows: str, qs: Sequence[float], labels: Sequence[str], *, success: bool = False) -> str:
     """CTEs (text after ``WITH``, ending with ``_km_est``) computing KM quantiles per integer group.
 
     ``rows`` names a relation with ``_km_gid`` (INTEGER group id: DuckDB 2.0 partitions a window about
@@ -154,7 +154,8 @@ def _km_ctes(rows: str, qs: Sequence[float], labels: Sequence[str]) -> str:
     ``_km_e`` (BOOLEAN event). ``_km_tot`` and ``_km_est`` have one row per id present there:
     ``_km_tot`` the totals (``_km_n`` rows, ``_km_ne`` events, ``_km_nc`` censored, ``_km_maxc`` the
     largest censored time), ``_km_est`` ``_km_gid`` and one DOUBLE column per label (NULL where the
-    curve never falls to ``1 - q``).
+    curve never falls to ``1 - q``). With ``success`` the relation also has ``_km_s`` (BOOLEAN: a successful
+    request), and ``_km_cmp`` has, per id, the comparison of :func:`km_quantiles_by_id_sql`.
     """
     # Row-level form of the product. Over the rows in time order, with a_i the descending rank,
     #   S after event row j = Π_{event rows i <= j} (a_i - 1) / a_i
@@ -176,8 +177,9 @@ def _km_ctes(rows: str, qs: Sequence[float], labels: Sequence[str]) -> str:
     pivot = ",\n    ".join(
         f"max(CASE WHEN tg._km_q = {i} THEN r._km_t END) AS {_quote(label)}" for i, label in enumerate(labels)
     )
+    compare = _success_ctes(qs, labels) if success else ""
     return f"""_km_rows AS MATERIALIZED (
-  SELECT _km_gid, _km_t, _km_e,
+  SELECT _km_gid, _km_t, _km_e,{" _km_s," if success else ""}
     row_number() OVER (PARTITION BY _km_gid ORDER BY _km_t DESC, _km_e) AS _km_a
   FROM {rows}
 ),
@@ -228,10 +230,52 @@ _km_est AS (
     {pivot}
   FROM _km_rows AS r JOIN _km_target AS tg ON r._km_gid = tg._km_gid AND r._km_a = tg._km_a
   GROUP BY tg._km_gid
+){compare}"""
+
+
+def _success_ctes(qs: Sequence[float], labels: Sequence[str]) -> str:
+    """CTEs (text starting with ``,``) over ``_km_rows`` with ``_km_s``: ``_km_cmp``, one row per id with, per
+    label, ``so_<label>`` (the nearest-rank quantile of the successful events' times), ``s_at_<label>`` (the
+    Kaplan–Meier survival at that time) and ``gw_at_<label>`` (Greenwood's sum there).
+
+    Over the event rows at or before a time ``x``, in descending rank ``a``: ``S(x) = Π (a - 1) / a`` and
+    Greenwood's sum ``Σ d_u / (n_u (n_u - d_u)) = Σ 1 / (a (a - 1))`` (tied events telescope into the terms
+    of their time); an event row of rank 1 at or before ``x`` makes ``S(x) = 0``.
+    """
+    fractions = ", ".join(quantile_decimal(q) for q in qs)
+    sums = []
+    outs = []
+    for i, label in enumerate(labels):
+        at = f"so._km_so[{i + 1}]"
+        upto = f"r._km_e AND r._km_t <= {at}"
+        sums.append(f"""sum(CASE WHEN {upto} AND r._km_a > 1 THEN LN(CAST(r._km_a - 1 AS DOUBLE) / r._km_a) END)
+      AS _km_l{i},
+    sum(CASE WHEN {upto} AND r._km_a > 1 THEN 1.0 / (CAST(r._km_a AS DOUBLE) * (r._km_a - 1)) END) AS _km_g{i},
+    count_if({upto} AND r._km_a = 1) AS _km_z{i},
+    ANY_VALUE({at}) AS _km_x{i}""")
+        outs.append(f"""_km_x{i} AS {_quote("so_" + label)},
+    CASE WHEN _km_x{i} IS NULL THEN NULL WHEN _km_z{i} > 0 THEN 0.0 ELSE EXP(coalesce(_km_l{i}, 0.0)) END
+      AS {_quote("s_at_" + label)},
+    CASE WHEN _km_x{i} IS NULL THEN NULL ELSE coalesce(_km_g{i}, 0.0) END AS {_quote("gw_at_" + label)}""")
+    sep = ",\n    "
+    return f""",
+_km_so AS (
+  SELECT _km_gid, quantile_disc(_km_t, [{fractions}]) FILTER (WHERE _km_e AND _km_s) AS _km_so
+  FROM _km_rows GROUP BY _km_gid
+),
+_km_cmp AS (
+  SELECT _km_gid,
+    {sep.join(outs)}
+  FROM (
+    SELECT r._km_gid,
+    {sep.join(sums)}
+    FROM _km_rows AS r JOIN _km_so AS so ON r._km_gid = so._km_gid
+    GROUP BY r._km_gid
+  ) AS _km_sums
 )"""
 
 
-def km_quantiles_by_id_sql(source_sql: str, quantiles: Sequence[float]) -> str:
+def km_quantiles_by_id_sql(source_sql: str, quantiles: Sequence[float], *, success: bool = False) -> str:
     """SQL computing Kaplan–Meier quantiles of ``t`` (seconds) per integer group id, by the ranking method.
 
     ``source_sql`` (a query or a table/view name, read once) yields ``_km_gid`` (an integer group id that
@@ -244,20 +288,30 @@ def km_quantiles_by_id_sql(source_sql: str, quantiles: Sequence[float]) -> str:
     docstring (no ``quantile_disc`` shortcut): the caller sends only the groups that need it, e.g. those
     with censored rows. Raises ``ValueError`` for no quantile, a quantile outside (0, 1) or two with the
     same label.
+
+    With ``success`` the source also yields ``success`` (BOOLEAN: the request succeeded), and the result has,
+    per quantile label, the survivor-bias comparison (docs/definitions.md, "Survivor bias"): ``so_<label>``,
+    the nearest-rank quantile of the times of the successful events (the success-only quantile, seconds; NULL
+    without any), ``s_at_<label>``, the Kaplan–Meier survival at that time (the share of the group still
+    waiting after it), and ``gw_at_<label>``, Greenwood's sum there (the variance of ``S`` is
+    ``S² · gw``).
     """
     qs, labels = _checked_labels(quantiles)
     if not qs:
         raise ValueError("km_quantiles_by_id_sql needs at least one quantile")
     source = source_sql.strip() if _NAME.fullmatch(source_sql.strip()) else f"({source_sql})"
     cols = "".join(f"est.{_quote(label)}, " for label in labels)
+    flag = ", CAST(success AS BOOLEAN) AS _km_s" if success else ""
+    compared = "".join(f", cmp.{_quote(p + label)}" for label in labels for p in ("so_", "s_at_", "gw_at_"))
+    joined = " LEFT JOIN _km_cmp AS cmp ON tot._km_gid = cmp._km_gid" if success else ""
     return f"""WITH _km_in AS (
-  SELECT CAST(_km_gid AS INTEGER) AS _km_gid, CAST(t AS DOUBLE) AS _km_t, CAST(event AS BOOLEAN) AS _km_e
+  SELECT CAST(_km_gid AS INTEGER) AS _km_gid, CAST(t AS DOUBLE) AS _km_t, CAST(event AS BOOLEAN) AS _km_e{flag}
   FROM {source} AS _km_source
 ),
-{_km_ctes("_km_in", qs, labels)}
+{_km_ctes("_km_in", qs, labels, success=success)}
 SELECT tot._km_gid, tot._km_n AS n, tot._km_ne AS n_events, tot._km_nc AS n_censored,
-  {cols}tot._km_maxc AS max_censored_t
-FROM _km_tot AS tot LEFT JOIN _km_est AS est ON tot._km_gid = est._km_gid
+  {cols}tot._km_maxc AS max_censored_t{compared if success else ""}
+FROM _km_tot AS tot LEFT JOIN _km_est AS est ON tot._km_gid = est._km_gid{joined}
 ORDER BY tot._km_gid"""
 
 

@@ -799,10 +799,13 @@ def _resolve_window(con: duckdb.DuckDBPyConnection, update_id: str | None, from_
                                     "see `llmslo rollout list`")
         window = update.window()
         if window is None:
-            raise RolloutInputError(f"update_id {update_id!r}: {_no_window(update)}")
-        from_unix_s, to_unix_s = window
-        if update.overlap_from_unix_s is None or update.overlap_to_unix_s is None:
+            window, said = _overlap_in_rows(con, update)
+            if window is None:
+                raise RolloutInputError(f"update_id {update_id!r}: {_no_window(update)}{said}")
+            notes.append(f"update {update_id!r} records no times: {said}")
+        elif update.overlap_from_unix_s is None or update.overlap_to_unix_s is None:
             notes.append(f"update {update_id!r} records no overlap window: its start and end are compared instead")
+        from_unix_s, to_unix_s = window
     elif from_unix_s is None or to_unix_s is None:
         raise ConfigurationError("compare_versions: give update_id, or both from_unix_s and to_unix_s")
     for name, value in (("from_unix_s", from_unix_s), ("to_unix_s", to_unix_s)):
@@ -817,6 +820,31 @@ def _resolve_window(con: duckdb.DuckDBPyConnection, update_id: str | None, from_
         notes.append(f"{len(timeless)} stored update(s) record no times ({', '.join(map(repr, timeless[:5]))}"
                      f"{', ...' if len(timeless) > 5 else ''}): their periods cannot be left out of the baselines")
     return CompareWindow(from_unix_s, to_unix_s, update_id, tuple(spans)), update, notes
+
+
+def _overlap_in_rows(con: duckdb.DuckDBPyConnection,
+                     update: UpdateRecord) -> tuple[tuple[float, float] | None, str]:
+    """Where a record without times overlapped, read from the stored summaries: from the first arrival of the
+    new version to the last arrival of the old one (Unix seconds), when both versions have rows there and the
+    two spans meet; else None. The text says what was found (for a note, or for the refusal's end)."""
+    versions = (update.from_version, update.to_version)
+    found = {v: (lo, hi, n) for v, lo, hi, n in con.sql(
+        f"SELECT version, min(arrival_unix_s), max(arrival_unix_s), count(*) FROM {SUMMARY_TABLE} "
+        f"WHERE version IN (?, ?) AND arrival_unix_s > 0 GROUP BY version", params=list(versions)).fetchall()}
+    missing = [v for v in versions if v not in found]
+    if missing:
+        return None, (f". The store holds no summary of version {' or '.join(map(repr, missing))} to place it by "
+                      "(the versions as recorded must be the summaries' version)")
+    start, end = found[update.to_version][0], found[update.from_version][1]
+    if end <= start:
+        return None, (f". In the store, version {update.from_version!r} ends ({end:.3f}) before "
+                      f"{update.to_version!r} starts ({start:.3f}): no overlap to compare")
+    length = (update.record.get("overlap") or {}).get("duration_s") if isinstance(
+        update.record.get("overlap"), Mapping) else None
+    given = "" if length is None else f"; the record gives its length as {length:g} s"
+    return (start, end), (f"its overlap is taken from the stored summaries, from the first arrival of "
+                          f"{update.to_version!r} to the last of {update.from_version!r}: {end - start:.1f} s "
+                          f"({start:.3f} to {end:.3f}){given}")
 
 
 def _spans(update: UpdateRecord) -> list[tuple[float, float]]:

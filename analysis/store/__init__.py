@@ -33,6 +33,13 @@ from llmslo.analysis.store._clickhouse_otel import (
     otel_traces_ddl,
 )
 from llmslo.analysis.store._clickhouse_writer import ClickHouseSummaryWriter
+from llmslo.analysis.store._input_types import (
+    DECIMAL_EXACT_SCALE,
+    DECIMAL_MAX_LOSS_S,
+    LossyDecimal,
+    input_conversion,
+    lossy_decimals,
+)
 from llmslo.analysis.store._schema import (
     IMPORTS_TABLE,
     META_TABLE,
@@ -62,12 +69,15 @@ __all__ = [
     "ClickHouseStore",
     "ClickHouseSummaryWriter",
     "ClickHouseUrl",
+    "DECIMAL_EXACT_SCALE",
+    "DECIMAL_MAX_LOSS_S",
     "DEFAULT_DATABASE",
     "DuckDBSummaryWriter",
     "IMPORTS_TABLE",
     "INTERVAL_MAX_S",
     "IngestReport",
     "InvalidInputError",
+    "LossyDecimal",
     "META_TABLE",
     "OTEL_REJECTED_TABLE",
     "OTEL_TRACES_TABLE",
@@ -84,6 +94,8 @@ __all__ = [
     "clickhouse_type",
     "connect_clickhouse",
     "imports_ddl",
+    "input_conversion",
+    "lossy_decimals",
     "open_store",
     "otel_summary_select",
     "otel_summary_view_sql",

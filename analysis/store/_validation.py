@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from llmslo.analysis.store._input_types import input_conversion
 from llmslo.telemetry import COLUMNS, COUNT_COLUMNS, INTERVAL_COLUMNS, RULES, Column, LlmsloError
 
 ROW = "__row"
@@ -105,32 +106,8 @@ class ColumnPlan:
     """What a wrong type breaks, when more precise than "must be of type ..."."""
 
 
-_INT_TYPES = {
-    "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT",
-    "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT",
-}
-_WIDE_INT_TYPES = {"HUGEINT", "UBIGINT", "UHUGEINT"}
-"""Integer types with values a BIGINT cannot hold (read with ``TRY_CAST``, an out-of-range value is an error)."""
 _TARGET = {"str": "VARCHAR", "float": "DOUBLE", "int": "BIGINT", "float_list": "DOUBLE[]"}
 _INT_RANGE = "a whole number from -2^63 to 2^63 - 1"
-
-
-def _family(duck_type: str) -> str:
-    t = duck_type.upper()
-    if t in ("VARCHAR", "STRING") or t.startswith("ENUM"):
-        return "text"
-    if t in _INT_TYPES:
-        return "int"
-    if t in ("FLOAT", "DOUBLE", "REAL") or t.startswith("DECIMAL"):
-        return "float"
-    if t.endswith("[]"):
-        inner = _family(t[:-2])
-        return "list" if inner in ("int", "float") else "other"
-    if t in ('"NULL"', "NULL"):
-        return "null"
-    if t == "JSON":
-        return "json"
-    return "other"
 
 
 def _q(name: str) -> str:
@@ -167,28 +144,18 @@ def _int_message(col: Column) -> str | None:
     return f"{col.name} must be of type int ({_INT_RANGE})" if col.kind == "int" else None
 
 
-def _plan_typed(col: Column, raw: str, family: str, duck_type: str) -> ColumnPlan:
+def _plan_typed(col: Column, raw: str, duck_type: str) -> ColumnPlan:
+    """The plan of a typed input column, by :func:`input_conversion` (the rule every reader follows)."""
     target = _TARGET[col.kind]
     shown = f"CAST({raw} AS VARCHAR)"
-    if family == "null":
-        return ColumnPlan(col, f"CAST(NULL AS {target})", None, shown)
-    if col.kind == "int" and family == "int" and duck_type.upper() in _WIDE_INT_TYPES:
-        narrowed = f"TRY_CAST({raw} AS BIGINT)"
-        return ColumnPlan(col, narrowed, f"({raw} IS NOT NULL AND ({narrowed}) IS NULL)", shown, _int_message(col))
-    compatible = {
-        "str": {"text"},
-        "float": {"int", "float"},
-        "int": {"int"},
-        "float_list": {"list"},
-    }[col.kind]
-    if family in compatible:
+    how = input_conversion(col, duck_type)
+    if how == "cast":
         return ColumnPlan(col, f"CAST({raw} AS {target})", None, shown)
-    value: str | None = None
-    if col.kind == "int" and family in ("float", "text"):
-        value = _integral(f"TRY_CAST({raw} AS DOUBLE)")
-    elif family == "text" and col.kind in ("float", "float_list"):
-        value = f"TRY_CAST({raw} AS {target})"
-    if value is None:  # e.g. a number where a string belongs, or a boolean anywhere
+    if how == "narrow":
+        value = f"TRY_CAST({raw} AS BIGINT)"
+    elif how == "parse":
+        value = _integral(f"TRY_CAST({raw} AS DOUBLE)") if col.kind == "int" else f"TRY_CAST({raw} AS {target})"
+    else:  # e.g. a number where a string belongs, or a boolean anywhere
         return ColumnPlan(col, f"CAST(NULL AS {target})", f"({raw} IS NOT NULL)", shown, _int_message(col))
     return ColumnPlan(col, value, f"({raw} IS NOT NULL AND ({value}) IS NULL)", shown, _int_message(col))
 
@@ -239,7 +206,7 @@ def column_plan(
             plans.append(_plan_json(col, f"({_q(json_column)} -> '$.{col.name}')"))
         else:
             duck_type = source_types[col.name]
-            plans.append(_plan_typed(col, _q(col.name), _family(duck_type), duck_type))
+            plans.append(_plan_typed(col, _q(col.name), duck_type))
     return plans, problems
 
 
