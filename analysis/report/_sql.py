@@ -29,7 +29,6 @@ from llmslo.analysis.report._provenance import stored_arrival_range, unplaceable
 from llmslo.analysis.report._survival import (
     inverse_cdf_max_n,
     km_quantiles_by_id_sql,
-    quantile_decimal,
     quantile_label,
 )
 from llmslo.analysis.store import SUMMARY_TABLE
@@ -510,23 +509,28 @@ def fetch_raw(
             _add_distribution(q, d, expr, name, bounds[name], quantiles, deferred)
         else:
             filled.update(_empty_distribution(name, bounds[name]))
+    so_from_disc = by_reason and d.inverse_cdf_shortcut
     if present["ttft_s"]:
         successful = f"finish_reason IN ({success})"
         # the success-only TTFT is always a nearest-rank quantile, whatever the report's method: the
         # Kaplan-Meier quantile's definition (docs/definitions.md, "Survivor bias"), so that the survivor check
         # compares one definition and, without censoring, the two agree
-        q.add(d.count_where("ttft_s", successful), "so__n")
-        if deferred is None:
-            q.add(d.nearest_rank_quantiles("ttft_s", SURVIVOR_QUANTILES, successful), "so__q")
+        if so_from_disc:
+            # a group of one finish reason: its successful rows with a TTFT are its admitted rows with one, so
+            # its success-only quantiles are the inverse CDF below (read back per row), not a second sort
+            q.outer.append(f"CASE WHEN {successful} THEN ttft_s__count ELSE 0 END AS so__n")
         else:
-            deferred.append(_Holistic(d.nearest_rank_quantiles("ttft_s", SURVIVOR_QUANTILES), successful, "so__q",
-                                      "so__n"))
+            q.add(d.count_where("ttft_s", successful), "so__n")
+            if deferred is None:
+                q.add(d.nearest_rank_quantiles("ttft_s", SURVIVOR_QUANTILES, successful), "so__q")
+            else:
+                deferred.append(_Holistic(d.nearest_rank_quantiles("ttft_s", SURVIVOR_QUANTILES), successful,
+                                          "so__q", "so__n"))
         # Kaplan-Meier without censoring = inverse empirical CDF over the admitted rows, exactly
         # (DECIMAL fractions: DuckDB computes the index ceil(n q) - 1 in integer arithmetic).
         if d.inverse_cdf_shortcut:
-            dq = ", ".join(quantile_decimal(x) for x in SURVIVOR_QUANTILES)
-            disc = _Holistic(f"quantile_disc(ttft_s, [{dq}])", None if by_reason else ADMITTED, "__inverse_cdf_q",
-                             "__admitted_ttft")
+            disc = _Holistic(d.nearest_rank_quantiles("ttft_s", SURVIVOR_QUANTILES), None if by_reason else ADMITTED,
+                             "__inverse_cdf_q", "__admitted_ttft")
             if deferred is None:
                 q.add(disc.aggregate(), "__inverse_cdf_q")
             else:
@@ -567,6 +571,8 @@ def fetch_raw(
         # without a TTFT
         admitted = row["attempted"] - row.pop("__rejected")
         with_ttft, disc = row.pop("__admitted_ttft"), row.pop("__inverse_cdf_q")
+        if so_from_disc and present["ttft_s"]:
+            row["so__q"] = disc if row["finish_reason"] in policy.success else None
         if admitted:
             admitted_groups[tuple(row[k] for k in keys)] = _AdmittedGroup(admitted, admitted - with_ttft, disc)
 

@@ -839,8 +839,7 @@ def _overlap_in_rows(con: duckdb.DuckDBPyConnection,
     if end <= start:
         return None, (f". In the store, version {update.from_version!r} ends ({end:.3f}) before "
                       f"{update.to_version!r} starts ({start:.3f}): no overlap to compare")
-    length = (update.record.get("overlap") or {}).get("duration_s") if isinstance(
-        update.record.get("overlap"), Mapping) else None
+    length = _overlap_length(update)
     given = "" if length is None else f"; the record gives its length as {length:g} s"
     return (start, end), (f"its overlap is taken from the stored summaries, from the first arrival of "
                           f"{update.to_version!r} to the last of {update.from_version!r}: {end - start:.1f} s "
@@ -855,10 +854,16 @@ def _spans(update: UpdateRecord) -> list[tuple[float, float]]:
     return out
 
 
+def _overlap_length(update: UpdateRecord) -> float | None:
+    """The overlap's length the record gives (``overlap.duration_s``, seconds), None when it gives none."""
+    overlap = update.record.get("overlap")
+    length = overlap.get("duration_s") if isinstance(overlap, Mapping) else None
+    return None if length is None else float(length)
+
+
 def _no_window(update: UpdateRecord) -> str:
     """Why ``update`` cannot be compared by its record, and the ways out."""
-    overlap = update.record.get("overlap") or {}
-    length = overlap.get("duration_s") if isinstance(overlap, Mapping) else None
+    length = _overlap_length(update)
     said = "" if length is None else (
         f"; {'overlap_window_s' if update.shape == 'runbook' else 'overlap.duration_s'} gives the overlap's "
         f"length, {length:g} s, not when it was")
