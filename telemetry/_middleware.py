@@ -34,8 +34,8 @@ request had none), and the response carries it as ``X-Request-Id``.
 It never breaks the app: any exception inside the middleware is counted on
 ``llmslo_internal_errors_total`` (the telemetry's guard) and the request goes on untouched, its summary then
 ending ``error``/``middleware_error``. Routes it does not observe pass through with one dictionary lookup.
-Memory per request is bounded: an error body is kept up to :data:`MAX_ERROR_BODY_BYTES`, a non-streamed
-reply up to :data:`MAX_REPLY_BYTES`, a streamed event up to the parser's limit.
+Memory per request is bounded: an error body is kept up to ``MAX_ERROR_BODY_BYTES``, a non-streamed
+reply up to ``MAX_REPLY_BYTES`` (``_reply_observer.py``), a streamed event up to the parser's limit.
 
 Configuration comes from the arguments, else from ``LLMSLO_*`` environment variables (:data:`ENVIRONMENT`),
 else the defaults: ``vllm serve --middleware llmslo.telemetry.LlmsloMiddleware`` adds the class with no
@@ -51,11 +51,9 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
-import math
 import os
 import re
 import threading
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, fields
@@ -65,16 +63,8 @@ from llmslo.telemetry._durations import parse_duration
 from llmslo.telemetry._errors import ConfigurationError
 from llmslo.telemetry._exposition import MetricsServer, metrics_app
 from llmslo.telemetry._lifecycle import RequestTracker, Telemetry
-from llmslo.telemetry._openai_stream import (
-    SseParser,
-    SseTooLarge,
-    classify_error,
-    classify_finish,
-    classify_status,
-    read_event,
-    read_reply,
-)
 from llmslo.telemetry._policy import DEFAULT_TPOT_S, DEFAULT_TTFT_S, SloPolicy
+from llmslo.telemetry._reply_observer import ReplyObserver
 from llmslo.telemetry._sink import JsonlWriter, SummarySink
 
 Scope = MutableMapping[str, Any]
@@ -89,11 +79,6 @@ DEFAULT_ROUTES: tuple[str, ...] = ("/v1/completions", "/v1/chat/completions")
 """The routes observed unless configured otherwise (POST only)."""
 DEFAULT_METRICS_PATH = "/llmslo/metrics"
 """Where the middleware serves the process-wide telemetry's metrics in the app, unless configured otherwise."""
-MAX_ERROR_BODY_BYTES = 64 * 1024
-"""The most bytes of an error response (status >= 400) kept to read its ``error.type``."""
-MAX_REPLY_BYTES = 4 * 1024 * 1024
-"""The most bytes of a non-streamed reply kept to read it; a longer reply is recorded ``stop`` with its tokens
-unknown (no commit)."""
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 """The incoming request ids taken as they are (others are replaced by a new UUID4)."""
 MAX_TENANT_CHARS = 64
@@ -447,23 +432,12 @@ class LlmsloMiddleware:
             raise
 
 
-# what a response is, once its status line is known
-_UNKNOWN, _SSE, _REPLY, _REFUSED = 0, 1, 2, 3
-_TEXT_KEYS: tuple[bytes, ...] = tuple(
-    f'"{key}":{space}"'.encode() for key in ("text", "content", "reasoning_content", "reasoning")
-    for space in ("", " "))
-_BACKSLASH = 92
-_DONE_EVENTS = frozenset({b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n", b"data:[DONE]\n\n"})
-
-
 class _Exchange:
-    """One observed request: wraps the app's ``receive`` and ``send``, feeds the tracker."""
+    """One observed request: wraps the app's ``receive`` and ``send``, feeds the tracker through a
+    :class:`ReplyObserver`."""
 
-    __slots__ = (
-        "_commit", "_count_sent", "_parser", "_plen", "_pre", "_receive", "_saved", "_send", "_slen", "_suf",
-        "body", "body_size", "completed", "disconnected", "ending", "error", "finish", "kind", "mw", "off",
-        "retry_after", "rid", "send_failed", "started", "status", "t",
-    )
+    __slots__ = ("_count_sent", "_receive", "_send", "completed", "disconnected", "ending", "mw", "obs", "off",
+                 "rid", "send_failed", "started", "t")
 
     def __init__(self, mw: LlmsloMiddleware, t: RequestTracker, rid: bytes, receive: Receive, send: Send) -> None:
         self.mw = mw
@@ -471,23 +445,10 @@ class _Exchange:
         self.rid = rid
         self._receive = receive
         self._send = send
-        self._commit = t.commit
         self._count_sent = t.send
-        self.kind = _UNKNOWN
-        self.status = 0
+        self.obs = ReplyObserver(t, mw.telemetry.observe_retry_after)
         self.started = self.completed = self.ending = False
         self.disconnected = self.send_failed = self.off = False
-        self.finish: str | None = None
-        self.error: str | None = None
-        self.retry_after: bytes | None = None
-        self.body: list[bytes] | None = None
-        self.body_size = 0
-        self._parser: SseParser | None = None
-        # the shape of the stream's plain content chunks: every byte but the text (see _learn)
-        self._pre: bytes | None = None
-        self._suf = b""
-        self._plen = self._slen = 0
-        self._saved: bytes | None = None
 
     # ---- what the app receives -------------------------------------------------------------------------
 
@@ -506,21 +467,16 @@ class _Exchange:
     # ---- what the app sends ----------------------------------------------------------------------------
 
     async def send(self, message: Message) -> None:
-        pre = self._pre
-        if pre is not None:  # a stream whose plain content chunks have a known shape (see _learn)
-            body = message.get("body")
-            if body.__class__ is bytes and body.startswith(pre) and body.endswith(self._suf):
-                end = len(body) - self._slen
-                if end > self._plen and body.find(b'"', self._plen) == end and message.get("more_body", False):
-                    # the same chunk but for its text: one content chunk, one token, nothing else to read
-                    self._commit()
-                    try:
-                        await self._send(message)
-                    except BaseException:
-                        self.send_failed = True
-                        raise
-                    self._count_sent(1)
-                    return
+        body = message.get("body")
+        if body.__class__ is bytes and message.get("more_body", False) and self.obs.plain(body):
+            # the same chunk as the stream's plain content chunk but for its text: one token, nothing to read
+            try:
+                await self._send(message)
+            except BaseException:
+                self.send_failed = True
+                raise
+            self._count_sent(1)
+            return
         if self.off:
             await self._send(message)
             return
@@ -541,17 +497,18 @@ class _Exchange:
         if k:
             self._count_sent(k)
         if self.ending and not self.off:
+            self.completed = True
             try:
-                self._complete()
+                self.obs.complete()
             except Exception as exc:
                 self._broken("middleware.complete", exc)
 
     def _start(self, message: Message) -> Message:
         self.started = True
-        status = self.status = int(message.get("status", 200))
         name = self.mw._rid_name
         headers: list[tuple[bytes, bytes]] = []
         content_type = b""
+        retry_after: bytes | None = None
         for key, value in message.get("headers") or ():
             low = bytes(key).lower()
             if low == name:
@@ -559,18 +516,10 @@ class _Exchange:
             if low == b"content-type":
                 content_type = bytes(value)
             elif low == b"retry-after":
-                self.retry_after = bytes(value)
+                retry_after = bytes(value)
             headers.append((key, value))
         headers.append((name, self.rid))
-        if status >= 400:
-            self.kind = _REFUSED
-            self.body = []
-        elif content_type.lower().startswith(b"text/event-stream"):
-            self.kind = _SSE
-            self._parser = SseParser()
-        else:
-            self.kind = _REPLY
-            self.body = []
+        self.obs.start(int(message.get("status", 200)), content_type, retry_after)
         return {**message, "headers": headers}
 
     def _body(self, message: Message) -> int:
@@ -580,148 +529,9 @@ class _Exchange:
             body = bytes(body)  # a memoryview or bytearray
         if not message.get("more_body", False):
             self.ending = True
-        if self.kind == _SSE:
-            if not body or (body in _DONE_EVENTS and self._parser is not None and not self._parser.pending):
-                return 0  # nothing, or the [DONE] sentinel alone: nothing to read
-            return self._events(body)
-        if self.body is not None and body:
-            self._keep(body)
-        if self.ending and self.kind == _REPLY:
-            return self._reply()
-        return 0
-
-    def _keep(self, body: bytes) -> None:
-        limit = MAX_ERROR_BODY_BYTES if self.kind == _REFUSED else MAX_REPLY_BYTES
-        self.body_size += len(body)
-        if self.body_size > limit:
-            self.body = None if self.kind == _REPLY else self.body
-            return
-        assert self.body is not None
-        self.body.append(body)
-
-    def _events(self, body: bytes) -> int:
-        """The events completed by ``body``: finish reason, usage, errors; commits. The tokens committed."""
-        parser = self._parser
-        if parser is None:
-            return 0
-        try:
-            payloads = parser.feed(body)
-        except SseTooLarge:  # not an event stream a server should send: stop reading it
-            self._parser = None
-            return 0
-        t = self.t
-        committed = 0
-        plain: bytes | None = None
-        for payload in payloads:
-            ev = read_event(payload)
-            if ev.done or ev.malformed:
-                continue
-            if ev.error is not None:
-                if self.finish is None and self.error is None:
-                    self.error = ev.error
-                continue
-            if ev.finish_reason is not None and self.finish is None and self.error is None:
-                self.finish = ev.finish_reason
-            if ev.prompt_tokens is not None:
-                t.prompt_tokens = ev.prompt_tokens
-            k = 0
-            if ev.completion_tokens is not None:
-                k = ev.completion_tokens - t.generated_tokens
-            if ev.content and k < 1:
-                k = 1
-            if k >= 1:
-                self._commit(k)
-                committed += k
-            if (ev.content and ev.finish_reason is None and not ev.has_usage and ev.drain_reason is None
-                    and len(payloads) == 1):
-                plain = payload
-        # the shape of plain content chunks holds only while no event is left half-read
-        if parser.pending or not body.endswith(b"\n"):
-            if self._pre is not None:
-                self._saved, self._pre = self._pre, None
-        elif self._pre is None:
-            if self._saved is not None:
-                self._pre, self._saved = self._saved, None
-            elif plain is not None:
-                self._learn(body, plain)
-        return committed
-
-    def _learn(self, body: bytes, payload: bytes) -> None:
-        """Learn the shape of this stream's plain content chunks from ``body``, one such chunk (one event, no
-        finish reason, usage or error) whose text field the reader found: every byte before the text is the
-        prefix, every byte from its closing quote the suffix. A later body with that prefix and suffix and a
-        non-empty text between them holding no quote says the same as this one but for its text (an escaped
-        quote would be a quote; a text ending in an odd run of backslashes would escape the closing quote and
-        leave no valid JSON), so it is one content chunk without parsing."""
-        if payload not in body:
-            return
-        start = -1
-        for key in _TEXT_KEYS:
-            i = body.find(key)
-            if i < 0:
-                continue
-            if start >= 0 or body.find(key, i + 1) >= 0:
-                return  # more than one text field: read every chunk
-            start = i + len(key)
-        if start < 0:
-            return
-        end = _string_end(body, start)
-        if end is None or end == start:
-            return
-        self._pre, self._plen = body[:start], start
-        self._suf, self._slen = body[end:], len(body) - end
-
-    def _reply(self) -> int:
-        """The whole non-streamed reply is in: read it, commit its tokens now (before it is handed over)."""
-        if self.body is None:
-            return 0  # longer than MAX_REPLY_BYTES: its tokens stay unknown
-        ev = read_reply(b"".join(self.body))
-        self.body = None
-        if ev.error is not None:
-            self.error = ev.error
-            return 0
-        self.finish = ev.finish_reason
-        if ev.prompt_tokens is not None:
-            self.t.prompt_tokens = ev.prompt_tokens
-        k = ev.completion_tokens if ev.completion_tokens is not None else (1 if ev.content else 0)
-        if k >= 1:
-            self._commit(k)
-        return k
+        return self.obs.body(body, self.ending)
 
     # ---- the terminal state ------------------------------------------------------------------------------
-
-    def _complete(self) -> None:
-        """The response completed (its last body message was handed over): commit the terminal state."""
-        self.completed = True
-        t = self.t
-        if t.done:
-            return
-        if self.kind == _REFUSED:
-            self._refused()
-        elif self.error is not None:
-            reason, error_type = classify_error(self.error)
-            t.finish(reason, error_type=error_type)
-        elif self.finish is not None:
-            reason, error_type, _ = classify_finish(self.finish)
-            t.finish(reason, error_type=error_type)
-        elif self.kind == _REPLY and self.body_size > MAX_REPLY_BYTES:
-            t.finish("stop")
-        else:
-            t.finish("error", error_type="truncated")
-
-    def _refused(self) -> None:
-        t = self.t
-        kind = read_reply(b"".join(self.body)).error if self.body else None
-        self.body = None
-        finish, reject, error_type = classify_status(self.status, kind)
-        if finish == "rejected":
-            assert reject is not None
-            t.reject(reject)
-            seconds = retry_after_seconds(self.retry_after)
-            if seconds is not None:
-                self.mw.telemetry.observe_retry_after(t.model, reject, seconds)
-        else:
-            t.finish(finish, error_type=error_type)
 
     def raised(self, exc: BaseException) -> None:
         """The app raised ``exc``: the request ends ``client_cancel`` when its client had gone, else
@@ -759,48 +569,5 @@ class _Exchange:
     def _broken(self, site: str, exc: BaseException) -> None:
         """An exception inside the middleware: count it and stop observing this request (it passes through)."""
         self.off = True
-        self._pre = self._saved = None
-        self.body = None
-        self._parser = None
+        self.obs.forget()
         self.mw.telemetry.guard.error(site, exc)
-
-
-# ---- reading a response ----------------------------------------------------------------------------------
-
-
-def retry_after_seconds(value: bytes | str | None, now_unix_s: float | None = None) -> float | None:
-    """A ``Retry-After`` header in seconds: a number of seconds, or an HTTP date (seconds from
-    ``now_unix_s``, default now; never below 0); None when absent or unreadable."""
-    if value is None:
-        return None
-    text = value.decode("latin-1") if isinstance(value, bytes) else value
-    text = text.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        from email.utils import parsedate_to_datetime
-        try:
-            when = parsedate_to_datetime(text)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:
-            return None
-        now = time.time() if now_unix_s is None else now_unix_s
-        return max(0.0, when.timestamp() - now)
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None
-
-
-def _string_end(data: bytes, start: int) -> int | None:
-    """The index of the quote closing the JSON string whose text starts at ``start``; None if it does not
-    close."""
-    i = start
-    while True:
-        i = data.find(b'"', i)
-        if i < 0:
-            return None
-        j = i
-        while j > start and data[j - 1] == _BACKSLASH:
-            j -= 1
-        if (i - j) % 2 == 0:
-            return i
-        i += 1

@@ -30,6 +30,7 @@ from llmslo.telemetry import (
     validate_summary,
 )
 from llmslo.telemetry import _middleware as M
+from llmslo.telemetry import _reply_observer as reply_observer
 from llmslo.telemetry._openai_stream import SseParser, read_event
 from llmslo.tests._middleware_app import make_app
 
@@ -323,7 +324,7 @@ def test_a_whole_reply_is_one_commit_of_its_usage_tokens(path: str) -> None:
 
 def test_a_reply_beyond_the_bound_passes_whole_and_its_tokens_stay_unknown(monkeypatch: pytest.MonkeyPatch
                                                                            ) -> None:
-    monkeypatch.setattr(M, "MAX_REPLY_BYTES", 100)
+    monkeypatch.setattr(reply_observer, "MAX_REPLY_BYTES", 100)
     s = Setup()
     ex, row = s.call("/v1/completions", {"model": "m", "prompt": "a", "max_tokens": 50}, query="finish=stop")
     assert json.loads(ex.body)["usage"]["completion_tokens"] == 50
@@ -368,17 +369,17 @@ def test_a_429_observes_its_retry_after() -> None:
 
 
 def test_retry_after_reads_seconds_and_http_dates() -> None:
-    assert M.retry_after_seconds(b"2") == 2.0
-    assert M.retry_after_seconds(" 1.5 ") == 1.5
-    assert M.retry_after_seconds("Wed, 21 Oct 2015 07:28:10 GMT", now_unix_s=1445412480.0) == 10.0
-    assert M.retry_after_seconds("Wed, 21 Oct 2015 07:28:10 GMT", now_unix_s=1445412500.0) == 0.0
+    assert reply_observer.retry_after_seconds(b"2") == 2.0
+    assert reply_observer.retry_after_seconds(" 1.5 ") == 1.5
+    assert reply_observer.retry_after_seconds("Wed, 21 Oct 2015 07:28:10 GMT", now_unix_s=1445412480.0) == 10.0
+    assert reply_observer.retry_after_seconds("Wed, 21 Oct 2015 07:28:10 GMT", now_unix_s=1445412500.0) == 0.0
     for bad in (None, "", "soon", "-1", "nan", "inf"):
-        assert M.retry_after_seconds(bad) is None
+        assert reply_observer.retry_after_seconds(bad) is None
 
 
 def test_an_error_body_is_kept_only_up_to_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     """A 503 whose body is longer than the bound: its type past the bound is not read (http_503)."""
-    monkeypatch.setattr(M, "MAX_ERROR_BODY_BYTES", 10)
+    monkeypatch.setattr(reply_observer, "MAX_ERROR_BODY_BYTES", 10)
     s = Setup()
     ex, row = s.call("/v1/completions", stream_body(), query="status=503&type=draining")
     assert b"draining" in ex.body
@@ -572,7 +573,7 @@ def test_an_internal_error_is_counted_and_the_response_passes_untouched(monkeypa
     def broken(payload: bytes) -> Any:
         raise ZeroDivisionError("a bug in the reader")
 
-    monkeypatch.setattr(M, "read_event", broken)
+    monkeypatch.setattr(reply_observer, "read_event", broken)
     s = Setup()
     bare = call(make_app(), "/v1/completions", stream_body(6), headers=[(b"x-request-id", b"r-2")])
     ex, row = s.call("/v1/completions", stream_body(6), headers=[(b"x-request-id", b"r-2")])
