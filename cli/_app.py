@@ -65,6 +65,11 @@ COMMANDS: tuple[CommandEntry, ...] = (
                  "Drive open-loop load against an OpenAI-compatible endpoint; report TTFT, TPOT, ITL and goodput."),
     CommandEntry("app", "llmslo.cli._ui:app_command",
                  "Explore a store in the browser: a Streamlit app on http://127.0.0.1:PORT (Ctrl-C stops it)."),
+    CommandEntry("gateway", "llmslo.cli._gateway:gateway_app",
+                 "An OpenAI-compatible gateway in front of engines (llama.cpp, vLLM, SGLang, TGI, llmslo serve): token "
+                 "budgets reserved at admission and settled from usage, a bounded priority queue with 429 + "
+                 "Retry-After, a breaker per backend on stream health, least-loaded routing, streams passed on byte "
+                 "for byte, one backend drained at a time, a request summary per request."),
     CommandEntry("gpu", "llmslo.cli._gpu:gpu_app",
                  "GPU samples: record (NVML), import (nvidia-smi, dmon, vLLM engine), correlate with request "
                  "latency."),

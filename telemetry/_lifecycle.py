@@ -523,6 +523,14 @@ class RequestTracker:
             self._tel.guard.error("tracing.trace_id", exc)
             return None
 
+    def set_version(self, version: str) -> None:
+        """The request was routed to an instance of ``version`` after it arrived (a gateway chose a backend): its
+        summary and its finished-request metrics carry that version. Ignored after the terminal state."""
+        if self.finish_reason is not None or not isinstance(version, str) or not version:
+            return
+        self.version = version
+        self._labels = self._tel.metrics.request_labels(self.model, version, self.tenant_class)
+
     @property
     def exposed_model(self) -> str:
         """The model as the metrics expose it (``other`` beyond the label policy's bound)."""

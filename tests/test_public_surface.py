@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ["llmslo", "llmslo.telemetry", "llmslo.controls", "llmslo.analysis", "llmslo.rules",
-            "llmslo.dashboards", "llmslo.cli", "llmslo.app", "llmslo.ops"]
+            "llmslo.dashboards", "llmslo.cli", "llmslo.app", "llmslo.ops", "llmslo.gateway"]
 HEAVY = ("polars", "duckdb", "scipy", "numpy", "typer", "streamlit", "pyarrow", "pandas", "rich")
 TELEMETRY_RUNTIME = ("prometheus_client", *(f"llmslo.telemetry.{m}" for m in (
     "_lifecycle", "_metrics", "_sink", "_exposition", "_streams", "_otel", "_gpu", "_guard", "_labels")))
@@ -46,6 +46,8 @@ def test_all_is_sorted_complete_and_resolvable(name: str) -> None:
     ("llmslo.telemetry", HEAVY),
     ("llmslo.controls", (*HEAVY, "redis", "llmslo.analysis", "llmslo.rules", "llmslo.cli")),
     ("llmslo.ops", (*HEAVY, "prometheus_client", "httpx", "llmslo.analysis", "llmslo.cli")),
+    ("llmslo.gateway", (*HEAVY, "httpx", "uvicorn", "yaml", "redis", "llmslo.analysis", "llmslo.cli",
+                        "llmslo.server", "llmslo.loadgen")),
 ])
 def test_importing_a_server_package_loads_no_heavy_dependency(name: str, forbidden: tuple[str, ...]) -> None:
     code = (
@@ -83,6 +85,8 @@ def _imports(folder: str) -> set[str]:
         ("dashboards", ("llmslo.analysis", "llmslo.cli", "llmslo.app")),
         ("cli", ("llmslo.app",)),
         ("app", ("llmslo.cli",)),
+        ("gateway", ("llmslo.analysis", "llmslo.rules", "llmslo.dashboards", "llmslo.cli", "llmslo.app",
+                     "llmslo.server", "llmslo.loadgen", "llmslo.ops", *HEAVY)),
         ("ops", ("llmslo.analysis", "llmslo.rules", "llmslo.dashboards", "llmslo.cli", "llmslo.app",
                  "llmslo.server", "llmslo.loadgen", "llmslo.controls", *HEAVY)),
     ],

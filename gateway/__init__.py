@@ -1,0 +1,34 @@
+"""``llmslo.gateway``: an OpenAI-compatible reverse proxy in front of any engine pool.
+
+Admission before anything reaches an engine (the gateway's drain, token and request budgets per API key
+reserved and settled, a bounded priority queue with shedding and a measured ``Retry-After``), routing over ready
+backends (power of two choices on outstanding requests per slot), a breaker per backend on stream health, retries
+only for requests that sent their client nothing, streams passed on byte for byte with a last event whenever the
+gateway ends one itself, a drain per backend in the order of the definitions, and one request summary per
+request. ``docs/gateway.md`` is the tour.
+
+- :class:`GatewayConfig`, :class:`BackendSpec`, :class:`BudgetConfig`, :func:`load_pool`,
+  :func:`backend_from_arg`: the configuration;
+- :class:`Gateway`: one running gateway (front server, admin API, health checks); :func:`serve` runs one until
+  SIGTERM;
+- :class:`GatewayApp`: the request path; :class:`Pool`, :class:`Backend`: the backends.
+"""
+
+from llmslo.gateway._config import BackendSpec, BudgetConfig, GatewayConfig, backend_from_arg, load_pool
+from llmslo.gateway._pool import Backend, Pool
+from llmslo.gateway._proxy import GatewayApp
+from llmslo.gateway._run import Gateway, GatewayResult, serve
+
+__all__ = [
+    "Backend",
+    "BackendSpec",
+    "BudgetConfig",
+    "Gateway",
+    "GatewayApp",
+    "GatewayConfig",
+    "GatewayResult",
+    "Pool",
+    "backend_from_arg",
+    "load_pool",
+    "serve",
+]

@@ -1,0 +1,232 @@
+"""What a gateway is configured with: its backends (a pool file or ``--backend`` URLs) and its controls.
+
+Every value is checked when the configuration is built; a bad one raises :class:`ConfigurationError` naming
+the field (and, in a pool file, the backend's position and the fix). Times are seconds; sizes bytes.
+
+A pool file (YAML)::
+
+    backends:
+      - id: llama-a            # 1 to 32 of A-Z a-z 0-9 . _ -   (default: b1, b2, ... by position)
+        url: http://127.0.0.1:8001
+        version: b4000         # the summaries' version for requests it serves (default: unknown)
+        slots: 4               # parallel sequences it runs (its weight in routing; default 1)
+        models: [smollm2]      # models it serves (default: any)
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from llmslo.telemetry import ConfigurationError
+
+BACKEND_ID = re.compile(r"[A-Za-z0-9._-]{1,32}")
+"""What a backend id may be (it is a metric label value and a path segment of the admin API)."""
+MAX_BACKENDS = 16
+"""The most backends one gateway routes to (each is a breaker label value: bounded)."""
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """One backend: an engine's OpenAI-compatible HTTP server."""
+
+    id: str
+    url: str
+    version: str = "unknown"
+    slots: int = 1
+    models: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        where = f"backend {self.id!r}"
+        if not isinstance(self.id, str) or not BACKEND_ID.fullmatch(self.id):
+            raise ConfigurationError(f"backend id: {self.id!r} is not 1 to 32 of A-Z a-z 0-9 . _ -; rename it")
+        host, port = _host_port(self.url, where)
+        object.__setattr__(self, "url", f"http://{host}:{port}")
+        if not isinstance(self.version, str) or not self.version or len(self.version) > 64:
+            raise ConfigurationError(f"{where}: version must be 1 to 64 characters, got {self.version!r}")
+        if isinstance(self.slots, bool) or not isinstance(self.slots, int) or not 1 <= self.slots <= 4096:
+            raise ConfigurationError(f"{where}: slots must be an integer from 1 to 4096, got {self.slots!r}")
+        models = self.models
+        if isinstance(models, str) or not all(isinstance(m, str) and m for m in models):
+            raise ConfigurationError(f"{where}: models must be a list of model names, got {models!r}")
+        object.__setattr__(self, "models", tuple(models))
+
+    @property
+    def host(self) -> str:
+        return _host_port(self.url, self.id)[0]
+
+    @property
+    def port(self) -> int:
+        return _host_port(self.url, self.id)[1]
+
+    def serves(self, model: str) -> bool:
+        """Whether this backend serves ``model`` (a backend with no list serves any)."""
+        return not self.models or model in self.models
+
+
+def _host_port(url: object, where: str) -> tuple[str, int]:
+    if not isinstance(url, str):
+        raise ConfigurationError(f"{where}: url must be text like http://127.0.0.1:8000, got {url!r}")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname or parts.path not in ("", "/") or parts.query:
+        raise ConfigurationError(
+            f"{where}: url {url!r} must be http://HOST:PORT (plain HTTP, no path); the gateway adds /v1/...")
+    try:
+        port = parts.port or 80
+    except ValueError as exc:
+        raise ConfigurationError(f"{where}: url {url!r} has a bad port") from exc
+    return parts.hostname, port
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    """Per API key (or per tenant class where no key is sent): ``tokens_per_min`` reserved at admission as
+    prompt + ``max_tokens`` and settled from ``usage``; ``requests_per_s``. None: that limit is off."""
+
+    tokens_per_min: float | None = None
+    token_burst: float | None = None
+    requests_per_s: float | None = None
+    request_burst: float | None = None
+    redis_url: str | None = None
+    """Share the buckets between gateway replicas through this Redis (one round trip per decision)."""
+    redis_fail_mode: str = "open"
+    """While Redis is unreachable: ``open`` admits, ``closed`` refuses."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.tokens_per_min is not None or self.requests_per_s is not None
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """The whole gateway (see the field comments; seconds, bytes, counts)."""
+
+    backends: tuple[BackendSpec, ...]
+    host: str = "127.0.0.1"
+    port: int = 8080
+    admin_port: int = 8081
+    models: tuple[str, ...] = ()
+    """Models served (/v1/models; other models get 404). Empty: the backends' lists; none listed: any."""
+    max_body_bytes: int = 4 * 1024 * 1024
+    default_max_tokens: int = 256
+    """The output tokens reserved for a request that sets no ``max_tokens``."""
+    concurrency: int | None = None
+    """Requests forwarded at once, all backends together (default: twice the ready backends' slots)."""
+    queue_capacity: int = 256
+    queue_timeout_s: float = 30.0
+    tenant_classes: tuple[str, ...] = ("interactive", "default", "batch")
+    """Priority order, most important first: shedding refuses the last first."""
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    retries: int = 1
+    """Other backends tried for a request that has sent its client nothing yet."""
+    breaker_failures: int = 5
+    breaker_open_s: float = 5.0
+    ttft_bound_s: float | None = None
+    """A first token later than this counts as a failure of the backend's stream health (None: off)."""
+    stall_s: float = 30.0
+    """No chunk for this long mid-stream: the stream is ended ``error`` and counts as a backend failure."""
+    request_timeout_s: float | None = 600.0
+    health_interval_s: float = 2.0
+    drain_settle_s: float = 1.0
+    drain_budget_s: float = 30.0
+    drain_idle_s: float | None = 10.0
+    drain_max_inflight_s: float | None = None
+    on_budget: str = "terminate"
+
+    def __post_init__(self) -> None:
+        backends = tuple(self.backends)
+        if not backends:
+            raise ConfigurationError("backends: give at least one (--backend URL or --pool FILE)")
+        if len(backends) > MAX_BACKENDS:
+            raise ConfigurationError(f"backends: {len(backends)} is more than {MAX_BACKENDS}; run more gateways")
+        seen: set[str] = set()
+        for b in backends:
+            if b.id in seen:
+                raise ConfigurationError(f"backend id {b.id!r} appears twice; ids must be unique")
+            seen.add(b.id)
+        object.__setattr__(self, "backends", backends)
+        for name in ("port", "admin_port"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+                raise ConfigurationError(f"{name}: must be a TCP port 0..65535, got {value!r}")
+        for name in ("max_body_bytes", "default_max_tokens", "queue_capacity", "breaker_failures"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigurationError(f"{name}: must be an integer >= 1, got {value!r}")
+        if self.concurrency is not None and (not isinstance(self.concurrency, int) or self.concurrency < 1):
+            raise ConfigurationError(f"concurrency: must be an integer >= 1, got {self.concurrency!r}")
+        if not isinstance(self.retries, int) or self.retries < 0:
+            raise ConfigurationError(f"retries: must be an integer >= 0, got {self.retries!r}")
+        for name in ("queue_timeout_s", "breaker_open_s", "stall_s", "health_interval_s", "drain_budget_s"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not value > 0:
+                raise ConfigurationError(f"{name}: must be a number of seconds > 0, got {value!r}")
+        for name in ("ttft_bound_s", "request_timeout_s", "drain_idle_s", "drain_max_inflight_s"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int | float) or not value > 0):
+                raise ConfigurationError(f"{name}: must be a number of seconds > 0 or off, got {value!r}")
+        if not isinstance(self.drain_settle_s, int | float) or self.drain_settle_s < 0:
+            raise ConfigurationError(f"drain_settle_s: must be seconds >= 0, got {self.drain_settle_s!r}")
+        if self.on_budget not in ("terminate", "return_to_pool"):
+            raise ConfigurationError(f"on_budget: terminate or return_to_pool, got {self.on_budget!r}")
+        if not self.tenant_classes or "default" not in self.tenant_classes:
+            raise ConfigurationError(f"tenant_classes: must include 'default', got {self.tenant_classes!r}")
+
+    def served_models(self) -> tuple[str, ...]:
+        """The models the gateway answers for (empty: any)."""
+        if self.models:
+            return self.models
+        if any(not b.models for b in self.backends):
+            return ()
+        return tuple(sorted({m for b in self.backends for m in b.models}))
+
+    def total_slots(self) -> int:
+        return sum(b.slots for b in self.backends)
+
+
+def backend_from_arg(text: str, position: int) -> BackendSpec:
+    """A ``--backend`` value, ``[ID=]URL[@VERSION]``; ``position`` (1-based) names it ``b<position>`` by default."""
+    ident, sep, rest = text.partition("=")
+    if not sep or "://" in ident:
+        ident, rest = f"b{position}", text
+    url, at, version = rest.partition("@")
+    return BackendSpec(id=ident, url=url, version=version if at else "unknown")
+
+
+def load_pool(path: str | Path) -> tuple[BackendSpec, ...]:
+    """The backends of a pool file (YAML; see the module docstring). Raises :class:`ConfigurationError`."""
+    import yaml
+
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigurationError(f"{path}: cannot read the pool file ({exc.strerror or exc})") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigurationError(f"{path}: not YAML ({exc})") from exc
+    if not isinstance(data, Mapping) or not isinstance(data.get("backends"), Sequence) \
+            or isinstance(data.get("backends"), str):
+        raise ConfigurationError(f"{path}: expected a mapping with a 'backends' list (see `llmslo gateway --help`)")
+    unknown = set(data) - {"backends"}
+    if unknown:
+        raise ConfigurationError(f"{path}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; only 'backends'")
+    out: list[BackendSpec] = []
+    for i, item in enumerate(data["backends"], start=1):
+        if not isinstance(item, Mapping):
+            raise ConfigurationError(f"{path}: backend {i}: expected a mapping with url (and id, version, ...)")
+        extra = set(item) - {"id", "url", "version", "slots", "models"}
+        if extra:
+            raise ConfigurationError(f"{path}: backend {i}: unknown key(s) {', '.join(sorted(map(str, extra)))}; "
+                                     "known: id, url, version, slots, models")
+        if "url" not in item:
+            raise ConfigurationError(f"{path}: backend {i}: url is missing (http://HOST:PORT)")
+        try:
+            out.append(BackendSpec(id=str(item.get("id", f"b{i}")), url=item["url"],
+                                   version=str(item.get("version", "unknown")), slots=item.get("slots", 1),
+                                   models=tuple(item.get("models") or ())))
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{path}: backend {i}: {exc}") from exc
+    return tuple(out)

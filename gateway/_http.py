@@ -1,0 +1,469 @@
+"""HTTP/1.1 as the gateway speaks it: a front server on asyncio protocols, an upstream client, chunked framing.
+
+The front side is an :class:`asyncio.Protocol` per connection (:class:`FrontConnection`): it parses one request at
+a time (keep-alive, no pipelining: bytes that arrive while a response is in flight wait for it), hands it to the
+handler as a :class:`Request`, and lets the handler answer through :class:`Responder`. It notices a client that
+hangs up at once (``connection_lost``), whatever the handler is waiting for, and tells the handler through
+:attr:`Responder.on_close`. Writes honour the transport's flow control: once the kernel and
+:data:`WRITE_HIGH_BYTES` of the transport's buffer are full, :meth:`Responder.write_chunk` waits for the client
+to read, so a client that never reads holds at most that much memory.
+
+The upstream side opens plain TCP connections (kept alive per backend by :class:`UpstreamPool`), writes a request
+and reads the response head with :class:`asyncio.StreamReader`; :class:`ChunkedDecoder` cuts a chunked body into
+its payloads without copying more than once.
+
+Limits: a request head of at most :data:`MAX_HEAD_BYTES`; a body by ``Content-Length`` only (a chunked request
+body is answered 411); methods and paths as sent (the handler routes). Standard library only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+MAX_HEAD_BYTES = 64 * 1024
+"""The longest request or response head (request line and headers), bytes."""
+WRITE_HIGH_BYTES = 64 * 1024
+"""The transport's write buffer above which a stream waits for its client, bytes (per connection)."""
+HOP_BY_HOP = frozenset({
+    b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
+    b"transfer-encoding", b"upgrade", b"content-length", b"host",
+})
+"""Headers that describe one connection, never forwarded (``content-length`` and ``host`` are rewritten)."""
+
+STATUS_TEXT = {200: "OK", 202: "Accepted", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+               409: "Conflict", 411: "Length Required", 413: "Content Too Large", 429: "Too Many Requests",
+               431: "Request Header Fields Too Large", 500: "Internal Server Error", 502: "Bad Gateway",
+               503: "Service Unavailable", 504: "Gateway Timeout"}
+
+
+class HttpError(Exception):
+    """A request the gateway cannot read: answered with ``status`` and ``message``, then the connection closes."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(slots=True)
+class Request:
+    """One request as read: ``headers`` with lower-case names, in order; ``body`` whole (by Content-Length)."""
+
+    method: str
+    target: str
+    path: str
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+    keep_alive: bool = True
+
+    def header(self, name: bytes) -> bytes | None:
+        """The first value of header ``name`` (lower case), or None."""
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+
+Handler = Callable[[Request, "Responder"], Awaitable[None]]
+
+
+def _parse_head(head: bytes, max_body: int) -> tuple[Request, int]:
+    """The request of a head (without its final blank line) and the body length it announces."""
+    try:
+        text = head.decode("latin-1")
+    except UnicodeDecodeError as exc:  # pragma: no cover - latin-1 decodes any byte
+        raise HttpError(400, "request head: not text") from exc
+    lines = text.split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise HttpError(400, f"request line: expected 'METHOD /path HTTP/1.1', got {lines[0][:80]!r}")
+    method, target, version = parts
+    headers: list[tuple[bytes, bytes]] = []
+    length = 0
+    keep_alive = version == "HTTP/1.1"
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            raise HttpError(400, f"request header: expected 'Name: value', got {line[:80]!r}")
+        key = name.lower().encode("latin-1")
+        val = value.strip().encode("latin-1")
+        headers.append((key, val))
+        if key == b"content-length":
+            if not val.isdigit():
+                raise HttpError(400, f"Content-Length: expected a number of bytes, got {val[:40]!r}")
+            length = int(val)
+        elif key == b"transfer-encoding":
+            raise HttpError(411, "Transfer-Encoding: a chunked request body is not taken; send Content-Length")
+        elif key == b"connection":
+            low = val.lower()
+            if low == b"close":
+                keep_alive = False
+            elif low == b"keep-alive":
+                keep_alive = True
+    if length > max_body:
+        raise HttpError(413, f"body: {length} bytes is more than the limit of {max_body} bytes")
+    path = target.partition("?")[0]
+    return Request(method, target, path, headers, b"", keep_alive), length
+
+
+class FrontConnection(asyncio.Protocol):
+    """One client connection (see the module docstring)."""
+
+    def __init__(self, handler: Handler, max_body: int, on_open: Callable[[FrontConnection], None] | None = None,
+                 on_done: Callable[[FrontConnection], None] | None = None) -> None:
+        self._handler = handler
+        self._max_body = max_body
+        self._on_open = on_open
+        self._on_done = on_done
+        self._buf = bytearray()
+        self._pending: Request | None = None
+        self._need = 0
+        self._busy = False
+        self._paused = False
+        self._resumed: asyncio.Future[None] | None = None
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.responder: Responder | None = None
+
+    # ---- asyncio.Protocol ---------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(high=WRITE_HIGH_BYTES)
+        if self._on_open is not None:
+            self._on_open(self)
+
+    def data_received(self, data: bytes) -> None:
+        self._buf += data
+        if len(self._buf) > MAX_HEAD_BYTES + self._max_body + 1024:
+            assert self.transport is not None
+            self.transport.pause_reading()  # a client sending ahead: read on once this request is answered
+        if not self._busy:
+            self._next()
+
+    def eof_received(self) -> bool:
+        return False  # a half-closed client is a client that left: close
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._resumed is not None and not self._resumed.done():
+            self._resumed.set_result(None)
+        r = self.responder
+        if r is not None and r.on_close is not None:
+            callback, r.on_close = r.on_close, None
+            callback()
+        if self._on_done is not None:
+            self._on_done(self)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._resumed is not None and not self._resumed.done():
+            self._resumed.set_result(None)
+
+    # ---- requests -----------------------------------------------------------------------------------------
+
+    def _next(self) -> None:
+        """Start the next request once its head and body are in."""
+        if self._pending is None:
+            end = self._buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self._buf) > MAX_HEAD_BYTES:
+                    self._fail(HttpError(431, f"request head: more than {MAX_HEAD_BYTES} bytes"))
+                return
+            if end > MAX_HEAD_BYTES:
+                self._fail(HttpError(431, f"request head: more than {MAX_HEAD_BYTES} bytes"))
+                return
+            try:
+                self._pending, self._need = _parse_head(bytes(self._buf[:end]), self._max_body)
+            except HttpError as exc:
+                self._fail(exc)
+                return
+            del self._buf[:end + 4]
+        if len(self._buf) < self._need:
+            return
+        request, self._pending = self._pending, None
+        request.body = bytes(self._buf[:self._need])
+        del self._buf[:self._need]
+        self._busy = True
+        self.responder = Responder(self)
+        asyncio.get_running_loop().create_task(self._run(request, self.responder))
+
+    async def _run(self, request: Request, responder: Responder) -> None:
+        try:
+            await self._handler(request, responder)
+        except Exception:  # the handler answers its own errors; this is a bug: close rather than hang
+            responder.abort()
+        finally:
+            responder.on_close = None
+            self._busy = False
+            if not request.keep_alive or not responder.complete:
+                responder.close()
+            elif not self.closed:
+                assert self.transport is not None
+                self.transport.resume_reading()
+                if self._buf:
+                    self._next()
+
+    def _fail(self, exc: HttpError) -> None:
+        responder = Responder(self)
+        body = error_body(exc.message, "invalid_request_error", exc.status)
+        responder.send(exc.status, [(b"content-type", b"application/json")], body)
+        responder.close()
+
+    async def writable(self) -> None:
+        """Wait until the client has read enough (or left)."""
+        while self._paused and not self.closed:
+            self._resumed = asyncio.get_running_loop().create_future()
+            await self._resumed
+
+
+class Responder:
+    """How a handler answers one request: :meth:`send` a whole response, or :meth:`start` a chunked one,
+    :meth:`write_chunk` its parts and :meth:`end` it. ``on_close``: called once if the client hangs up first."""
+
+    __slots__ = ("_conn", "_transport", "complete", "on_close", "started")
+
+    def __init__(self, conn: FrontConnection) -> None:
+        self._conn = conn
+        self._transport = conn.transport
+        self.started = False
+        self.complete = False
+        self.on_close: Callable[[], None] | None = None
+
+    @property
+    def closed(self) -> bool:
+        """Whether the client has gone."""
+        return self._conn.closed
+
+    def send(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        """A whole response (``Content-Length`` added)."""
+        self.started = True
+        head = _head(status, headers) + b"content-length: %d\r\n\r\n" % len(body)
+        if not self._conn.closed and self._transport is not None:
+            self._transport.write(head + body)
+        self.complete = True
+
+    def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        """The head of a chunked response."""
+        self.started = True
+        if not self._conn.closed and self._transport is not None:
+            self._transport.write(_head(status, headers) + b"transfer-encoding: chunked\r\n\r\n")
+
+    async def write_chunk(self, data: bytes) -> None:
+        """One chunk (empty data: nothing); waits while the client reads too slowly."""
+        if data and not self._conn.closed and self._transport is not None:
+            self._transport.write(b"%x\r\n%s\r\n" % (len(data), data))
+            if self._conn._paused:
+                await self._conn.writable()
+
+    def end(self, last: bytes = b"") -> None:
+        """End a chunked response, ``last`` its final chunk (not waiting for the client): it is complete."""
+        if not self._conn.closed and self._transport is not None:
+            self._transport.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(last), last) if last else b"0\r\n\r\n")
+        self.complete = True
+
+    def close(self) -> None:
+        """Close the connection once what was written is sent."""
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()
+
+    def abort(self) -> None:
+        """Close the connection now (a response cut short must not look complete)."""
+        if self._transport is not None:
+            self._transport.abort()
+
+
+def _head(status: int, headers: list[tuple[bytes, bytes]]) -> bytes:
+    lines = [b"HTTP/1.1 %d %s\r\n" % (status, STATUS_TEXT.get(status, "Status").encode())]
+    lines.extend(b"%s: %s\r\n" % (k, v) for k, v in headers)
+    return b"".join(lines)
+
+
+def error_body(message: str, kind: str, status: int, code: str | None = None) -> bytes:
+    """An OpenAI-style error body: ``{"error": {"message", "type", "code"}}``."""
+    import json
+    return json.dumps({"error": {"message": message, "type": kind, "code": code if code is not None else status}},
+                      ensure_ascii=True).encode()
+
+
+# ---- upstream ---------------------------------------------------------------------------------------------
+
+
+class UpstreamError(Exception):
+    """The backend could not be reached, or sent something that is not an HTTP response."""
+
+
+@dataclass(slots=True)
+class UpstreamConnection:
+    """One open connection to a backend."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+
+    def abort(self) -> None:
+        """Close it now (the backend sees the request cancelled)."""
+        with contextlib.suppress(Exception):
+            self.writer.transport.abort()
+
+
+@dataclass(slots=True)
+class UpstreamResponse:
+    """A backend's response head: ``headers`` with lower-case names; how its body is framed."""
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    length: int | None
+    chunked: bool
+    keep_alive: bool
+
+    def header(self, name: bytes) -> bytes | None:
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+
+@dataclass
+class UpstreamPool:
+    """Idle keep-alive connections to one backend (at most ``max_idle``)."""
+
+    host: str
+    port: int
+    max_idle: int = 64
+    connect_timeout_s: float = 2.0
+    _idle: list[UpstreamConnection] = field(default_factory=list)
+
+    async def acquire(self) -> tuple[UpstreamConnection, bool]:
+        """A connection, and whether it was reused (a reused one may have been closed by the backend)."""
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.writer.transport.is_closing() and not conn.reader.at_eof():
+                return conn, True
+            conn.abort()  # the backend closed it meanwhile
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port, limit=MAX_HEAD_BYTES), self.connect_timeout_s)
+        except (OSError, TimeoutError) as exc:
+            raise UpstreamError(f"connect to {self.host}:{self.port}: {exc or type(exc).__name__}") from exc
+        return UpstreamConnection(reader, writer), False
+
+    def release(self, conn: UpstreamConnection) -> None:
+        """Keep ``conn`` for the next request (or close it when enough are kept)."""
+        if len(self._idle) < self.max_idle and not conn.writer.transport.is_closing():
+            self._idle.append(conn)
+        else:
+            conn.abort()
+
+    def close(self) -> None:
+        """Close every idle connection."""
+        for conn in self._idle:
+            conn.abort()
+        self._idle.clear()
+
+
+async def send_request(conn: UpstreamConnection, method: str, target: str, host: str,
+                       headers: list[tuple[bytes, bytes]], body: bytes) -> UpstreamResponse:
+    """Write a request on ``conn`` and read the response head. Raises :class:`UpstreamError`."""
+    lines = [b"%s %s HTTP/1.1\r\nhost: %s\r\ncontent-length: %d\r\n" % (
+        method.encode(), target.encode("latin-1"), host.encode(), len(body))]
+    lines.extend(b"%s: %s\r\n" % (k, v) for k, v in headers)
+    lines.append(b"\r\n")
+    lines.append(body)
+    try:
+        conn.writer.write(b"".join(lines))
+        head = await conn.reader.readuntil(b"\r\n\r\n")
+    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+        raise UpstreamError(f"no response: {exc or type(exc).__name__}") from exc
+    return parse_response_head(head[:-4])
+
+
+def parse_response_head(head: bytes) -> UpstreamResponse:
+    """A response head (without its blank line). Raises :class:`UpstreamError`."""
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(b" ", 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+        raise UpstreamError(f"not an HTTP response: {lines[0][:80]!r}")
+    status = int(parts[1])
+    headers: list[tuple[bytes, bytes]] = []
+    length: int | None = None
+    chunked = False
+    keep_alive = parts[0] == b"HTTP/1.1"
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep:
+            continue
+        key, val = name.strip().lower(), value.strip()
+        headers.append((key, val))
+        if key == b"content-length" and val.isdigit():
+            length = int(val)
+        elif key == b"transfer-encoding" and b"chunked" in val.lower():
+            chunked = True
+        elif key == b"connection":
+            keep_alive = val.lower() != b"close"
+    if chunked:
+        length = None
+    return UpstreamResponse(status, headers, length, chunked, keep_alive)
+
+
+class ChunkedDecoder:
+    """Cuts a chunked body into its payloads as bytes arrive: :meth:`feed` returns the payload bytes completed
+    (joined), :attr:`done` once the last chunk and its trailers were read."""
+
+    __slots__ = ("_buf", "_crlf", "_left", "_trailers", "done")
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._left = 0  # payload bytes of the current chunk still to come
+        self._crlf = 0  # bytes of the CRLF after that payload still to come
+        self._trailers = False
+        self.done = False
+
+    def feed(self, data: bytes) -> bytes:
+        """The payload bytes completed by ``data``. Raises :class:`UpstreamError` on bad framing."""
+        buf = self._buf + data if self._buf else data
+        out: list[bytes] = []
+        pos, n = 0, len(buf)
+        while pos < n and not self.done:
+            if self._left:
+                take = min(self._left, n - pos)
+                out.append(buf[pos:pos + take])
+                pos += take
+                self._left -= take
+                if not self._left:
+                    self._crlf = 2
+                continue
+            if self._crlf:
+                take = min(self._crlf, n - pos)
+                pos += take
+                self._crlf -= take
+                continue
+            eol = buf.find(b"\r\n", pos)
+            if eol < 0:
+                if n - pos > 1024:
+                    raise UpstreamError("chunked body: a line longer than 1024 bytes")
+                break
+            line = buf[pos:eol]
+            pos = eol + 2
+            if self._trailers:
+                self.done = not line
+                continue
+            size_text = line.split(b";", 1)[0].strip()
+            try:
+                size = int(size_text, 16)
+            except ValueError as exc:
+                raise UpstreamError(f"chunked body: bad chunk size {size_text[:20]!r}") from exc
+            if size == 0:
+                self._trailers = True
+            else:
+                self._left = size
+        self._buf = buf[pos:] if pos < n else b""
+        if not out:
+            return b""
+        return out[0] if len(out) == 1 else b"".join(out)

@@ -1,0 +1,280 @@
+"""The backends a gateway routes to: their state, the choice of one per request, their health and their drain.
+
+A backend is **routable** while it is in the pool (not removed by a drain), its last health check passed, and its
+breaker is not open. :meth:`Pool.pick` takes two routable backends that serve the model at random and keeps the one
+with fewer outstanding requests per slot (power of two choices, weighted by slots); a half-open breaker lets
+through only its probes. Every change of a backend's routability is logged once and counted
+(:attr:`Backend.changes`), and :meth:`Pool.status` is what the admin API shows.
+
+A backend's drain is a :class:`DrainController` over that backend's requests alone (:class:`BackendDrain`): it
+removes the backend from the pool first, waits the settle time, waits for the requests in flight under the idle
+and age rules, and at the budget terminates the rest or returns the backend to the pool; its
+:class:`DrainRecord` is what ``llmslo rollout record`` takes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from llmslo.controls import CircuitBreaker, DrainConfig, DrainController, DrainRecord
+from llmslo.gateway._config import BackendSpec, GatewayConfig
+from llmslo.gateway._http import UpstreamError, UpstreamPool, send_request
+from llmslo.telemetry import RequestTracker, Telemetry
+
+log = logging.getLogger("llmslo.gateway")
+
+HEALTH_TIMEOUT_S = 2.0
+"""The longest wait for a health check's answer, seconds."""
+MAX_SMALL_BODY = 256 * 1024
+"""The most bytes of a health or model-list answer read, bytes."""
+MAX_LISTED_MODELS = 64
+"""The most model ids kept from one backend's list."""
+
+FAILURE_KINDS = frozenset({"connect", "5xx", "stream", "stall", "slow_ttft", "timeout"})
+"""What counts against a backend's breaker: it could not be reached, answered 5xx, broke a stream, stalled
+mid-stream, or was slower to a first token than the bound."""
+
+
+@dataclass
+class Backend:
+    """One backend's state (one event loop: no locks)."""
+
+    spec: BackendSpec
+    breaker: CircuitBreaker
+    upstream: UpstreamPool
+    healthy: bool = True
+    in_pool: bool = True
+    outstanding: int = 0
+    requests: dict[int, RequestTracker] = field(default_factory=dict)
+    """The requests forwarded to it and not yet ended, by ``id(tracker)``."""
+    drain: DrainController | None = None
+    last_drain: DrainRecord | None = None
+    changes: int = 0
+    """Changes of routability so far (each logged)."""
+    served: int = 0
+    """Requests forwarded to it so far."""
+    listed: tuple[str, ...] | None = None
+    """The models its ``/v1/models`` lists (None: not read yet)."""
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    def routable(self) -> bool:
+        return self.in_pool and self.healthy and self.breaker.state != "open"
+
+    def status(self) -> dict[str, object]:
+        """What the admin API shows of it."""
+        return {
+            "id": self.id, "url": self.spec.url, "version": self.spec.version, "slots": self.spec.slots,
+            "models": list(self.spec.models), "in_pool": self.in_pool, "healthy": self.healthy,
+            "breaker": self.breaker.state, "routable": self.routable(), "outstanding": self.outstanding,
+            "served": self.served, "draining": self.drain is not None and self.drain.phase in ("settling", "waiting"),
+            "last_drain": None if self.last_drain is None else self.last_drain.to_dict(),
+        }
+
+
+def _model_ids(body: bytes) -> tuple[str, ...]:
+    """The model ids of an OpenAI ``/v1/models`` answer (bounded; anything else: none)."""
+    try:
+        data = json.loads(body).get("data")
+    except (ValueError, AttributeError):
+        return ()
+    if not isinstance(data, list):
+        return ()
+    ids = [m.get("id") for m in data[:MAX_LISTED_MODELS] if isinstance(m, dict)]
+    return tuple(i[:256] for i in ids if isinstance(i, str) and i)
+
+
+class BackendDrain:
+    """The :class:`DrainTelemetry` of one backend: its in-flight requests; the drain's start removes it from the
+    pool, a return to the pool puts it back; durations and closes are reported to the gateway's telemetry."""
+
+    def __init__(self, pool: Pool, backend: Backend, tel: Telemetry) -> None:
+        self._pool = pool
+        self._backend = backend
+        self._tel = tel
+        self.clock_ns = tel.clock_ns
+
+    def in_flight(self) -> list[RequestTracker]:
+        return list(self._backend.requests.values())
+
+    def begin_drain(self) -> None:
+        self._pool.set_in_pool(self._backend, False, "drain")
+
+    def end_drain(self) -> None:
+        self._pool.set_in_pool(self._backend, True, "drain returned it to the pool")
+
+    def count_drain_closed(self, reason: str, n: int = 1) -> None:
+        self._tel.count_drain_closed(reason, n)
+
+    def observe_drain(self, duration_s: float) -> None:
+        self._tel.observe_drain(duration_s)
+
+
+class Pool:
+    """Every backend of a gateway (see the module docstring)."""
+
+    def __init__(self, config: GatewayConfig, tel: Telemetry, *, rng: random.Random | None = None,
+                 on_change: Callable[[Backend, str], None] | None = None) -> None:
+        self.config = config
+        self.tel = tel
+        self._rng = rng or random.Random()
+        self._on_change = on_change
+        self.backends: dict[str, Backend] = {}
+        for spec in config.backends:
+            breaker = CircuitBreaker(spec.id, consecutive_failures=config.breaker_failures, error_rate=None,
+                                     open_s=config.breaker_open_s, failure_kinds=FAILURE_KINDS, telemetry=tel)
+            self.backends[spec.id] = Backend(spec, breaker, UpstreamPool(spec.host, spec.port))
+        self._health_task: asyncio.Task[None] | None = None
+
+    # ---- choosing --------------------------------------------------------------------------------------------
+
+    def pick(self, model: str, exclude: frozenset[str] = frozenset()) -> Backend | None:
+        """A backend for a request for ``model`` (not one of ``exclude``), or None when none is routable."""
+        candidates = [b for b in self.backends.values()
+                      if b.id not in exclude and b.spec.serves(model) and b.routable()]
+        while candidates:
+            if len(candidates) == 1:
+                choice = candidates[0]
+            else:
+                a, b = self._rng.sample(candidates, 2)
+                choice = a if a.outstanding * b.spec.slots <= b.outstanding * a.spec.slots else b
+            if choice.breaker.allow().admitted:  # closed, or one of its half-open probes
+                return choice
+            candidates.remove(choice)
+        return None
+
+    def has_other(self, model: str, exclude: frozenset[str]) -> bool:
+        """Whether a routable backend for ``model`` is left besides ``exclude``."""
+        return any(b.id not in exclude and b.spec.serves(model) and b.routable() for b in self.backends.values())
+
+    def retry_after_s(self) -> float:
+        """Seconds until some backend may take requests again (a breaker's open time), at least 1."""
+        return max(1.0, min((self.config.breaker_open_s for b in self.backends.values() if b.in_pool),
+                            default=1.0))
+
+    def routable_slots(self) -> int:
+        return sum(b.spec.slots for b in self.backends.values() if b.routable())
+
+    # ---- changes ---------------------------------------------------------------------------------------------
+
+    def set_in_pool(self, backend: Backend, in_pool: bool, why: str) -> None:
+        if backend.in_pool != in_pool:
+            backend.in_pool = in_pool
+            self._changed(backend, f"{'added to' if in_pool else 'removed from'} the pool: {why}")
+
+    def set_healthy(self, backend: Backend, healthy: bool, why: str) -> None:
+        if backend.healthy != healthy:
+            backend.healthy = healthy
+            self._changed(backend, f"{'healthy' if healthy else 'unhealthy'}: {why}")
+
+    def _changed(self, backend: Backend, what: str) -> None:
+        backend.changes += 1
+        log.warning("backend %s %s", backend.id, what)
+        if self._on_change is not None:
+            self._on_change(backend, what)
+
+    def status(self) -> list[dict[str, object]]:
+        return [b.status() for b in self.backends.values()]
+
+    # ---- health ----------------------------------------------------------------------------------------------
+
+    async def check_health(self, backend: Backend) -> bool:
+        """One health check: ``GET /health`` answered 200 within :data:`HEALTH_TIMEOUT_S`; the first one that
+        passes also reads the models the backend lists (``GET /v1/models``)."""
+        try:
+            status, _ = await self._get(backend, "/health")
+        except (UpstreamError, TimeoutError, asyncio.IncompleteReadError, OSError) as exc:
+            self.set_healthy(backend, False, f"health check: {exc or type(exc).__name__}")
+            return False
+        ok = status == 200
+        self.set_healthy(backend, ok, f"health check answered {status}")
+        if ok and backend.listed is None:
+            with contextlib.suppress(UpstreamError, TimeoutError, asyncio.IncompleteReadError, OSError):
+                status, body = await self._get(backend, "/v1/models")
+                backend.listed = _model_ids(body) if status == 200 else ()
+        return ok
+
+    async def _get(self, backend: Backend, path: str) -> tuple[int, bytes]:
+        """``GET path`` on ``backend``: the status and at most :data:`MAX_SMALL_BODY` bytes of body."""
+        conn, _ = await backend.upstream.acquire()
+        try:
+            resp = await asyncio.wait_for(send_request(conn, "GET", path, f"{backend.spec.host}:{backend.spec.port}",
+                                                       [], b""), HEALTH_TIMEOUT_S)
+            if resp.length is not None:
+                body = await asyncio.wait_for(conn.reader.readexactly(min(resp.length, MAX_SMALL_BODY)),
+                                              HEALTH_TIMEOUT_S)
+            else:
+                body = b""
+        except BaseException:
+            conn.abort()
+            raise
+        if resp.length is None or resp.length > MAX_SMALL_BODY or not resp.keep_alive:
+            conn.abort()
+        else:
+            backend.upstream.release(conn)
+        return resp.status, body
+
+    def listed_models(self) -> tuple[str, ...]:
+        """The models the backends list (sorted, each once)."""
+        return tuple(sorted({m for b in self.backends.values() for m in (b.listed or ())}))
+
+    def start_health_checks(self) -> None:
+        """Check every backend every ``health_interval_s`` (needs a running event loop)."""
+        if self._health_task is None:
+            self._health_task = asyncio.get_running_loop().create_task(self._health_loop(), name="llmslo-health")
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.gather(*(self.check_health(b) for b in self.backends.values()))
+            await asyncio.sleep(self.config.health_interval_s)
+
+    async def close(self) -> None:
+        if self._health_task is not None:
+            self._health_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._health_task
+        for b in self.backends.values():
+            b.upstream.close()
+
+    # ---- drain -----------------------------------------------------------------------------------------------
+
+    def drain_config(self, **overrides: object) -> DrainConfig:
+        cfg = self.config
+        values: dict[str, object] = {
+            "wait_budget_s": cfg.drain_budget_s, "unregister_settle_s": cfg.drain_settle_s,
+            "idle_threshold_s": cfg.drain_idle_s, "max_inflight_s": cfg.drain_max_inflight_s,
+            "on_budget": cfg.on_budget, "poll_interval_s": 0.1}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return DrainConfig(**values)  # type: ignore[arg-type]
+
+    def begin_drain(self, backend: Backend, on_close: Callable[[RequestTracker, str], object],
+                    config: DrainConfig | None = None) -> DrainController | None:
+        """Start draining ``backend`` (None: it is draining already)."""
+        if backend.drain is not None and backend.drain.phase in ("settling", "waiting"):
+            return None
+        drain = DrainController(BackendDrain(self, backend, self.tel), config or self.drain_config(),
+                                on_close=on_close)
+        backend.drain = drain
+        drain.begin(from_version=backend.spec.version)
+        return drain
+
+    async def run_drain(self, backend: Backend, drain: DrainController) -> DrainRecord:
+        """Drive ``backend``'s drain to its end; the record (kept as ``backend.last_drain``)."""
+        record = await drain.run()
+        backend.last_drain = record
+        log.warning("backend %s drained: %s in %.2f s, %d in flight at start, %d terminated, decision %s",
+                    backend.id, record.decision, record.actual_drain_s, record.in_flight_at_start,
+                    record.terminated, record.decision)
+        return record
+
+    def undrain(self, backend: Backend) -> None:
+        """Put a drained backend back in the pool."""
+        self.set_in_pool(backend, True, "returned by the admin API")

@@ -1,0 +1,597 @@
+"""The gateway's request path: read, admit, route, forward the stream, settle, record.
+
+Each generation request (``POST /v1/completions`` or ``/v1/chat/completions``) gets a tracker when its body has
+been read and exactly one terminal state. In order:
+
+1. **Read**: a body that is not a JSON object is 400, a model the gateway does not serve 404 (a model name with
+   control characters, or longer than 256 characters, is 400: nothing an engine would choke on is forwarded).
+   ``prompt`` may be text, a list of texts or token ids: it is forwarded as sent.
+2. **Admit**: the gateway's own drain (503 ``draining``), the budgets of the API key (``Authorization``; else the
+   tenant class): one request and ``prompt + max_tokens`` tokens reserved (429 ``rate_limited``), then the
+   admission queue (429 ``queue_full``, its ``Retry-After`` from the measured drain rate; shedding lowest class
+   first).
+3. **Route**: a backend by :meth:`Pool.pick`; none routable is 503 ``circuit_open``.
+4. **Forward**: the body as sent (``stream_options.include_usage`` added to a stream that did not ask for it, and
+   the usage-only event it brings withheld from that client); the engine's bytes are passed on as they arrive,
+   each upstream read one chunk to the client, never re-serialised. A backend that cannot be reached or answers
+   5xx before anything reached the client is tried on another backend (``retries``).
+5. **End**: the reply's finish reason (the :class:`ReplyObserver`), or the client leaving (``client_cancel``: the
+   backend request is cancelled at once by closing its connection), or the gateway ending it with a last event
+   that says why: ``server_draining`` (a drain closed it), ``deadline`` (the request timeout), ``error`` (the
+   backend died or stalled mid-stream).
+6. **Settle**: the tokens reserved are settled against ``usage`` (prompt + completion tokens; a cancelled stream
+   is charged the tokens the engine had sent), refunding or topping up.
+
+The summary's ``version`` is the chosen backend's version; the backend's breaker hears one outcome per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import re
+import time
+import uuid
+from dataclasses import dataclass
+
+from llmslo.controls import (
+    AdmissionQueue,
+    Decision,
+    DrainController,
+    LoadShedder,
+    RateLimit,
+    RateLimiter,
+    drain_terminal_event,
+)
+from llmslo.gateway._config import GatewayConfig
+from llmslo.gateway._http import (
+    HOP_BY_HOP,
+    ChunkedDecoder,
+    Request,
+    Responder,
+    UpstreamConnection,
+    UpstreamError,
+    UpstreamResponse,
+    error_body,
+    send_request,
+)
+from llmslo.gateway._pool import Backend, Pool
+from llmslo.telemetry import RequestTracker, Telemetry
+from llmslo.telemetry._exposition import render_metrics
+from llmslo.telemetry._reply_observer import SSE, ReplyObserver
+
+log = logging.getLogger("llmslo.gateway")
+
+GENERATE_ROUTES = frozenset({"/v1/completions", "/v1/chat/completions"})
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+"""Incoming request ids taken as they are (others are replaced by a new UUID4)."""
+MODEL_NAME = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
+"""What a model name may be: 1 to 256 characters, no control characters."""
+MAX_ERROR_BYTES = 64 * 1024
+"""The most bytes of a backend's error response read before it is retried elsewhere."""
+READ_BYTES = 64 * 1024
+"""The most bytes read from a backend at once."""
+DRAINING_RETRY_AFTER_S = 1.0
+_JSON = (b"content-type", b"application/json")
+
+
+def _estimate_prompt_tokens(body: dict[str, object]) -> int:
+    """A prompt's tokens before the engine counts them: token ids as given, text at 4 bytes a token (at least 1).
+    The reservation is settled against ``usage`` later, so an estimate is enough."""
+    prompt = body.get("prompt")
+    if prompt is None:
+        messages = body.get("messages")
+        prompt = json.dumps(messages) if messages is not None else ""
+    if isinstance(prompt, list):
+        if prompt and all(isinstance(x, int) for x in prompt):
+            return len(prompt)
+        if prompt and all(isinstance(x, list) for x in prompt):
+            return sum(len(x) for x in prompt)
+        prompt = "".join(x for x in prompt if isinstance(x, str))
+    text = prompt if isinstance(prompt, str) else json.dumps(prompt)
+    return max(1, math.ceil(len(text.encode("utf-8", "replace")) / 4))
+
+
+class BadRequest(Exception):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+
+
+@dataclass(slots=True)
+class _Parsed:
+    model: str
+    stream: bool
+    max_tokens: int
+    prompt_tokens: int
+    body: bytes
+    injected_usage: bool
+
+
+class _Exchange:
+    """One request forwarded to one backend: what ends it from outside (the client, the drain, timers)."""
+
+    __slots__ = ("conn", "ended_by", "finish_sent", "last_io", "obs", "t")
+
+    def __init__(self, t: RequestTracker) -> None:
+        self.t = t
+        self.conn: UpstreamConnection | None = None
+        self.obs: ReplyObserver | None = None
+        self.finish_sent = False
+        """The event carrying the reply's finish reason (or error) was handed to the client's transport."""
+        self.ended_by: str | None = None
+        """Why the gateway ended it: client_cancel, drain:<reason>, deadline, stall."""
+        self.last_io = time.monotonic()
+
+    def cut(self, why: str) -> None:
+        """End it from outside: note why and close the backend connection (the backend cancels)."""
+        if self.ended_by is None:
+            self.ended_by = why
+        if self.conn is not None:
+            self.conn.abort()
+
+
+class GatewayApp:
+    """The request path of one gateway (see the module docstring); :meth:`handle` is the front server's handler."""
+
+    def __init__(self, config: GatewayConfig, tel: Telemetry, pool: Pool | None = None) -> None:
+        self.config = config
+        self.tel = tel
+        self.pool = pool if pool is not None else Pool(config, tel)
+        self.exchanges: dict[int, _Exchange] = {}
+        self.models = config.served_models()
+        self.created = int(time.time())
+        self.drain = DrainController(tel, self.pool.drain_config(), on_close=self._drain_closed)
+        self.limiter: RateLimiter | None = None
+        budget = config.budget
+        if budget.enabled:
+            requests = None if budget.requests_per_s is None else RateLimit(
+                budget.requests_per_s, budget.request_burst or max(1.0, budget.requests_per_s))
+            tokens = None if budget.tokens_per_min is None else RateLimit(
+                budget.tokens_per_min / 60.0, budget.token_burst or budget.tokens_per_min)
+            store = None
+            if budget.redis_url is not None:
+                from llmslo.controls import RedisBuckets, redis_client
+                store = RedisBuckets(redis_client(budget.redis_url), fail_mode=budget.redis_fail_mode)
+            self.limiter = RateLimiter(requests=requests, tokens=tokens, store=store, telemetry=tel)
+        classes = config.tenant_classes
+        concurrency = config.concurrency or max(1, 2 * config.total_slots())
+        self.shedder = LoadShedder(classes=classes, queue_levels=_shed_levels(classes))
+        self.queues: dict[str, AdmissionQueue] = {}
+        self._concurrency = concurrency
+        self.stopping = False
+
+    # ---- state ---------------------------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return not self.stopping and self.drain.ready and any(b.routable() for b in self.pool.backends.values())
+
+    def queue_for(self, model: str) -> AdmissionQueue:
+        q = self.queues.get(model)
+        if q is None:
+            if len(self.queues) >= 64:
+                model = "other"
+                q = self.queues.get(model)
+            if q is None:
+                q = self.queues[model] = AdmissionQueue(
+                    model, capacity=self.config.queue_capacity, concurrency=self._concurrency,
+                    queue_timeout_s=self.config.queue_timeout_s, classes=self.config.tenant_classes,
+                    shedder=self.shedder, telemetry=self.tel)
+        return q
+
+    def _drain_closed(self, t: RequestTracker, reason: str) -> None:
+        ex = self.exchanges.get(id(t))
+        if ex is not None:
+            ex.cut(f"drain:{reason}")
+
+    # ---- the front server's handler --------------------------------------------------------------------------
+
+    async def handle(self, req: Request, res: Responder) -> None:
+        rid_header = req.header(b"x-request-id")
+        rid = rid_header.decode("latin-1") if rid_header is not None else ""
+        if not REQUEST_ID.fullmatch(rid):
+            rid = str(uuid.uuid4())
+        path = req.path
+        if path in GENERATE_ROUTES:
+            if req.method != "POST":
+                res.send(405, [_JSON], error_body(f"{path}: use POST", "invalid_request_error", 405))
+                return
+            await self._generate(req, res, rid)
+        elif path == "/v1/models":
+            data = [{"id": m, "object": "model", "created": self.created, "owned_by": "llmslo-gateway"}
+                    for m in self.models or self.pool.listed_models()]
+            res.send(200, [_JSON], json.dumps({"object": "list", "data": data}).encode())
+        elif path == "/metrics":
+            accept = (req.header(b"accept") or b"").decode("latin-1")
+            body, content_type = render_metrics(self.tel.registry, accept)
+            res.send(200, [(b"content-type", content_type.encode())], body)
+        elif path == "/health":
+            res.send(200, [_JSON], b'{"status": "ok"}')
+        elif path == "/ready":
+            ready = self.ready
+            state = {"ready": ready, "draining": not self.drain.ready, "routable_slots": self.pool.routable_slots()}
+            res.send(200 if ready else 503, [_JSON], json.dumps(state).encode())
+        else:
+            res.send(404, [_JSON], error_body(f"no route {path[:200]}", "not_found", 404))
+
+    # ---- generation ----------------------------------------------------------------------------------------
+
+    def _parse(self, req: Request) -> _Parsed:
+        try:
+            body = json.loads(req.body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise BadRequest(400, f"body: not JSON ({exc})") from exc
+        if not isinstance(body, dict):
+            raise BadRequest(400, "body: expected a JSON object with model and prompt or messages")
+        model = body.get("model")
+        if not isinstance(model, str) or not MODEL_NAME.fullmatch(model):
+            raise BadRequest(400, "model: expected a model name of 1 to 256 characters without control characters")
+        if self.models and model not in self.models:
+            raise BadRequest(404, f"model: {model!r} is not served here; see /v1/models", "model_not_found")
+        if req.path == "/v1/chat/completions" and not isinstance(body.get("messages"), list):
+            raise BadRequest(400, "messages: expected a list of messages")
+        if req.path == "/v1/completions" and not isinstance(body.get("prompt"), str | list):
+            raise BadRequest(400, "prompt: expected text, a list of texts or a list of token ids")
+        stream = body.get("stream") is True
+        raw = body.get("max_tokens", body.get("max_completion_tokens"))
+        if raw is not None and (isinstance(raw, bool) or not isinstance(raw, int) or raw < 1):
+            raise BadRequest(400, f"max_tokens: expected an integer >= 1, got {raw!r}")
+        max_tokens = raw if raw is not None else self.config.default_max_tokens
+        injected = False
+        out = req.body
+        if stream:
+            options = body.get("stream_options")
+            if not (isinstance(options, dict) and options.get("include_usage") is True):
+                body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+                injected = True
+                out = json.dumps(body).encode()
+        return _Parsed(model, stream, max_tokens, _estimate_prompt_tokens(body), out, injected)
+
+    async def _generate(self, req: Request, res: Responder, rid: str) -> None:
+        tenant_raw = req.header(b"x-tenant-class")
+        tenant = tenant_raw.decode("latin-1") if tenant_raw is not None else "default"
+        if tenant not in self.config.tenant_classes:
+            tenant = "default"
+        try:
+            p = self._parse(req)
+        except BadRequest as exc:
+            t = self.tel.start(rid, model="unknown", tenant_class=tenant)
+            t.finish("error", error_type="bad_request" if exc.status == 400 else "model_not_found")
+            res.send(exc.status, [_JSON, (b"x-request-id", rid.encode())],
+                     error_body(exc.message, exc.kind, exc.status))
+            return
+        t = self.tel.start(rid, model=p.model, tenant_class=tenant, prompt_tokens=p.prompt_tokens)
+        try:
+            await self._serve(req, res, rid, t, p)
+        except Exception as exc:  # a bug: never leave the request in flight, never answer nothing
+            log.exception("request %s failed", rid)
+            t.finish("error", error_type=type(exc).__name__)
+            if not res.started:
+                res.send(500, [_JSON], error_body("internal error", "internal_error", 500))
+            else:
+                res.abort()
+        finally:
+            if not t.done:
+                t.finish("error", error_type="unfinished")
+
+    def _refuse(self, res: Responder, rid: str, decision: Decision) -> None:
+        headers = [_JSON, (b"x-request-id", rid.encode())]
+        headers.extend((k.encode(), v.encode()) for k, v in decision.headers())
+        res.send(decision.http_status, headers, decision.body())
+
+    async def _serve(self, req: Request, res: Responder, rid: str, t: RequestTracker, p: _Parsed) -> None:
+        decision = self.drain.allow(t)
+        if not decision.admitted or self.stopping:
+            if not t.done:
+                t.reject("draining")
+            self._refuse(res, rid, Decision.refuse("draining", DRAINING_RETRY_AFTER_S, "the gateway is draining"))
+            return
+        key = _budget_key(req, t.tenant_class)
+        reserved = p.prompt_tokens + p.max_tokens
+        limiter = self.limiter
+        if limiter is not None:
+            decision = limiter.check(key, prompt_tokens=p.prompt_tokens, max_tokens=p.max_tokens, tracker=t,
+                                     model=p.model)
+            if not decision.admitted:
+                self._refuse(res, rid, decision)
+                return
+            if limiter.tokens is not None:
+                t.add_resource(lambda: limiter.reconcile(key, reserved, t.prompt_tokens + t.generated_tokens),
+                               "token_budget")
+        ex = _Exchange(t)
+        res.on_close = lambda: self._client_left(ex)
+        decision = await self.queue_for(p.model).acquire(t)
+        if not decision.admitted:
+            if t.finish_reason == "client_cancel":
+                return
+            self._refuse(res, rid, decision)
+            return
+        if t.done:  # ended while it waited (the client left, the drain)
+            if not res.closed and not res.started:
+                self._refuse(res, rid, Decision.refuse("draining", DRAINING_RETRY_AFTER_S, "ended while queued"))
+            return
+        timer = None
+        if self.config.request_timeout_s is not None:
+            timer = asyncio.get_running_loop().call_later(self.config.request_timeout_s, ex.cut, "deadline")
+        self.exchanges[id(t)] = ex
+        try:
+            await self._route(req, res, rid, t, p, ex)
+        finally:
+            self.exchanges.pop(id(t), None)
+            if timer is not None:
+                timer.cancel()
+
+    def _client_left(self, ex: _Exchange) -> None:
+        """The client hung up: cancel the backend request. A client that leaves once the reply's finish was
+        handed to it (it read ``[DONE]`` and closed) got the whole reply: that reply's own end is recorded."""
+        ex.cut("client_cancel")
+        if ex.finish_sent and ex.obs is not None:
+            ex.obs.complete()
+        elif not ex.t.done:
+            ex.t.finish("client_cancel")
+
+    async def _route(self, req: Request, res: Responder, rid: str, t: RequestTracker, p: _Parsed,
+                     ex: _Exchange) -> None:
+        tried: set[str] = set()
+        last_error = "no backend is routable"
+        attempts = 1 + self.config.retries
+        for attempt in range(attempts):
+            if t.done or ex.ended_by is not None:
+                break
+            backend = self.pool.pick(p.model, frozenset(tried))
+            if backend is None:
+                break
+            tried.add(backend.id)
+            may_retry = attempt + 1 < attempts and self.pool.has_other(p.model, frozenset(tried))
+            outcome = await self._forward(backend, req, res, rid, t, p, ex, may_retry)
+            if outcome is None:
+                return
+            last_error = outcome
+        if t.done or ex.ended_by == "client_cancel":
+            if not t.done:
+                t.finish("client_cancel")
+            return
+        if ex.ended_by == "deadline":
+            t.finish("deadline")
+            res.send(504, [_JSON, (b"x-request-id", rid.encode())],
+                     error_body("the gateway's request timeout ran out before a backend answered", "deadline", 504))
+            return
+        t.reject("circuit_open")
+        self._refuse(res, rid, Decision.refuse("circuit_open", self.pool.retry_after_s(), last_error))
+
+    async def _forward(self, b: Backend, req: Request, res: Responder, rid: str, t: RequestTracker,
+                       p: _Parsed, ex: _Exchange, may_retry: bool) -> str | None:
+        """Forward to ``b``. None: the request ended (whatever way); text: nothing reached the client and the
+        backend failed (why), so another may be tried (a 5xx is passed on when ``may_retry`` is False)."""
+        t.set_version(b.spec.version)
+        b.outstanding += 1
+        b.served += 1
+        b.requests[id(t)] = t
+        try:
+            return await self._exchange(b, req, res, rid, t, p, ex, may_retry)
+        finally:
+            b.outstanding -= 1
+            b.requests.pop(id(t), None)
+
+    async def _open(self, b: Backend, req: Request, rid: str, p: _Parsed,
+                    ex: _Exchange) -> tuple[UpstreamConnection, UpstreamResponse]:
+        headers = [(k, v) for k, v in req.headers if k not in HOP_BY_HOP and k != b"x-request-id"]
+        headers.append((b"x-request-id", rid.encode()))
+        host = f"{b.spec.host}:{b.spec.port}"
+        for attempt in range(2):  # a kept-alive connection the backend closed meanwhile: once more, fresh
+            conn, reused = await b.upstream.acquire()
+            ex.conn = conn
+            try:
+                return conn, await send_request(conn, req.method, req.target, host, headers, p.body)
+            except UpstreamError:
+                conn.abort()
+                if not reused or attempt or ex.ended_by is not None:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _exchange(self, b: Backend, req: Request, res: Responder, rid: str, t: RequestTracker,
+                        p: _Parsed, ex: _Exchange, may_retry: bool) -> str | None:
+        breaker = b.breaker
+        try:
+            conn, resp = await self._open(b, req, rid, p, ex)
+        except UpstreamError as exc:
+            if ex.ended_by is not None:
+                return None
+            breaker.record_failure("connect")
+            return f"backend {b.id}: {exc}"
+        t.schedule()
+        if resp.status >= 500 and may_retry:
+            body = await _read_small(conn, resp)
+            conn.abort()
+            breaker.record_failure("5xx")
+            return f"backend {b.id} answered {resp.status}: {body[:200].decode('utf-8', 'replace')}"
+        obs = ex.obs = ReplyObserver(t, self.tel.observe_retry_after)
+        obs.start(resp.status, resp.header(b"content-type") or b"", resp.header(b"retry-after"))
+        headers = [(k, v) for k, v in resp.headers if k not in HOP_BY_HOP and k != b"x-request-id"]
+        headers.append((b"x-request-id", rid.encode()))
+        headers.append((b"x-llmslo-backend", b.id.encode()))
+        res.start(resp.status, headers)
+        outcome = await self._pass(b, conn, resp, res, t, p, ex, obs)
+        if outcome == "complete" and resp.keep_alive and ex.ended_by is None:
+            b.upstream.release(conn)
+        else:
+            conn.abort()
+        return None
+
+    async def _pass(self, b: Backend, conn: UpstreamConnection, resp: UpstreamResponse, res: Responder,
+                    t: RequestTracker, p: _Parsed, ex: _Exchange, obs: ReplyObserver) -> str:
+        """Pass the body on; the request's end: ``complete``, or why it did not."""
+        reader = conn.reader
+        decoder = ChunkedDecoder() if resp.chunked else None
+        left = resp.length
+        strip = _UsageStripper() if p.injected_usage and obs.kind == SSE else None
+        send_count = t.send
+        stall = self.config.stall_s
+        loop = asyncio.get_running_loop()
+        watchdog = loop.call_later(stall, self._check_stall, ex, stall)
+        first = True
+        complete = False
+        try:
+            while True:
+                try:
+                    data = await reader.read(READ_BYTES)
+                except OSError:
+                    data = b""
+                if not data:
+                    break
+                ex.last_io = time.monotonic()
+                if decoder is not None:
+                    try:
+                        payload = decoder.feed(data)
+                    except UpstreamError:
+                        break
+                    done = decoder.done
+                else:
+                    payload = data
+                    if left is not None:
+                        left -= len(data)
+                    done = left is not None and left <= 0
+                if payload:
+                    k = 1 if obs.plain(payload) else obs.body(payload, done)
+                    if first and t.generated_tokens:
+                        first = False
+                        self._check_ttft(b, t)
+                    await res.write_chunk(payload if strip is None else strip.feed(payload))
+                    if k:
+                        send_count(k)
+                    if obs.finish is not None or obs.error is not None:
+                        ex.finish_sent = True
+                if done:
+                    complete = True
+                    break
+        finally:
+            watchdog.cancel()
+        if strip is not None and complete:
+            await res.write_chunk(strip.flush())
+        return self._end(b, res, t, ex, obs, complete, decoder is not None)
+
+    def _end(self, b: Backend, res: Responder, t: RequestTracker, ex: _Exchange, obs: ReplyObserver,
+             complete: bool, chunked: bool) -> str:
+        why = ex.ended_by
+        breaker = b.breaker
+        if why == "client_cancel" or res.closed:
+            if not t.done:
+                t.finish("client_cancel")
+            if t.generated_tokens:
+                breaker.record_success()
+            return "client_cancel"
+        if complete and why is None:
+            if not res.complete:
+                res.end()
+            obs.complete()
+            failed = t.finish_reason == "error" or obs.status >= 500
+            if failed:
+                breaker.record_failure("stream" if obs.status < 500 else "5xx")
+            else:
+                breaker.record_success()
+            return "complete"
+        # the gateway ends the stream, or the backend broke it: a last event that says why, then the end
+        if why is not None and why.startswith("drain:"):
+            event = drain_terminal_event(why.split(":", 1)[1])
+            if not t.done:
+                t.finish("server_draining")
+        elif why == "deadline":
+            event = {"error": {"type": "deadline", "code": "gateway_timeout", "retryable": True,
+                               "message": "the gateway's request timeout ran out"}}
+            t.finish("deadline")
+        else:
+            kind = "stall" if why == "stall" else "stream"
+            breaker.record_failure(kind)
+            message = (f"backend {b.id} sent nothing for {self.config.stall_s:g} s" if why == "stall"
+                       else f"backend {b.id} closed the stream before its end")
+            event = {"error": {"type": "error", "code": f"backend_{'stalled' if why == 'stall' else 'failed'}",
+                               "retryable": True, "message": message}}
+            t.finish("error", error_type="backend_stalled" if why == "stall" else "backend_failed")
+        if obs.kind == SSE and chunked and not res.closed:
+            res.end(b"data: " + json.dumps(event).encode() + b"\n\n")
+        else:
+            res.abort()
+        return why or "broken"
+
+    def _check_stall(self, ex: _Exchange, stall: float) -> None:
+        idle = time.monotonic() - ex.last_io
+        if idle >= stall:
+            ex.cut("stall")
+        else:
+            asyncio.get_running_loop().call_later(stall - idle, self._check_stall, ex, stall)
+
+    def _check_ttft(self, b: Backend, t: RequestTracker) -> None:
+        bound = self.config.ttft_bound_s
+        if bound is not None:
+            ttft = (self.tel.clock_ns() - t.arrival_ns) / 1e9
+            if ttft > bound:
+                b.breaker.record_failure("slow_ttft")
+
+
+class _UsageStripper:
+    """Withholds the usage-only event (``choices: []`` with ``usage``) the gateway asked for on a client's behalf:
+    passes whole events on, holds a partial one until it completes."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held = b""
+
+    def feed(self, data: bytes) -> bytes:
+        buf = self._held + data if self._held else data
+        cut = buf.rfind(b"\n\n")
+        if cut < 0:
+            self._held = buf
+            return b""
+        head, self._held = buf[:cut + 2], buf[cut + 2:]
+        if b'"usage"' not in head:
+            return head
+        return b"".join(e + b"\n\n" for e in head.split(b"\n\n")[:-1] if not _usage_only(e))
+
+    def flush(self) -> bytes:
+        held, self._held = self._held, b""
+        return held
+
+
+def _usage_only(event: bytes) -> bool:
+    if b'"usage"' not in event or not event.startswith(b"data:"):
+        return False
+    try:
+        obj = json.loads(event[5:])
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and obj.get("choices") == [] and isinstance(obj.get("usage"), dict)
+
+
+async def _read_small(conn: UpstreamConnection, resp: UpstreamResponse) -> bytes:
+    """At most :data:`MAX_ERROR_BYTES` of an error response's body (for the log and the retry's reason)."""
+    try:
+        if resp.length is not None:
+            return await asyncio.wait_for(conn.reader.readexactly(min(resp.length, MAX_ERROR_BYTES)), 2.0)
+        return await asyncio.wait_for(conn.reader.read(MAX_ERROR_BYTES), 2.0)
+    except (OSError, TimeoutError, asyncio.IncompleteReadError):
+        return b""
+
+
+def _budget_key(req: Request, tenant_class: str) -> str:
+    auth = req.header(b"authorization")
+    if auth:
+        return auth.decode("latin-1")
+    return f"tenant:{tenant_class}"
+
+
+SHED_LOWEST = 0.5
+"""The queue's fill at which the lowest tenant class is shed; the levels rise evenly to 1.0 for the highest."""
+
+
+def _shed_levels(classes: tuple[str, ...]) -> dict[str, float]:
+    """Queue fill levels at which each class is shed (:data:`SHED_LOWEST` for the last, 1.0 for the first)."""
+    n = len(classes)
+    if n == 1:
+        return {classes[0]: 1.0}
+    return {c: SHED_LOWEST + (1.0 - SHED_LOWEST) * (n - 1 - i) / (n - 1) for i, c in enumerate(classes)}

@@ -1,0 +1,219 @@
+"""Running a gateway: the front server, the admin API, health checks, and the drain on SIGTERM.
+
+The admin API listens on 127.0.0.1 only, on its own port:
+
+- ``GET /admin/backends``: every backend's state (JSON list); ``GET /admin/backends/ID``: one;
+- ``POST /admin/backends/ID/drain``: drain that backend in the order of the definitions (out of the pool, the
+  settle time, the wait for its requests in flight, at the budget terminate or return, the record). It answers
+  202 at once with the backend's state, or with ``?wait=1`` 200 with the :class:`DrainRecord` once the drain
+  ended; a JSON body may set ``budget_s``, ``settle_s``, ``idle_s`` and ``on_budget`` for this drain;
+  409 when it is draining already;
+- ``POST /admin/backends/ID/ready``: put a drained backend back in the pool;
+- ``POST /admin/drain``: drain the gateway itself (what SIGTERM does).
+
+On SIGTERM (or SIGINT) the gateway drains itself: readiness false first (``/ready`` 503, new requests 503
+``draining``), the settle time, the wait for the requests in flight, then it stops; a second signal ends every
+request still in flight (``server_draining``) at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from llmslo.controls import DrainRecord
+from llmslo.gateway._config import GatewayConfig
+from llmslo.gateway._http import FrontConnection, Request, Responder, error_body
+from llmslo.gateway._pool import Backend
+from llmslo.gateway._proxy import GatewayApp
+from llmslo.telemetry import ConfigurationError, Telemetry
+
+log = logging.getLogger("llmslo.gateway")
+
+_JSON = (b"content-type", b"application/json")
+ADMIN_BODY_BYTES = 64 * 1024
+
+
+@dataclass
+class GatewayResult:
+    """What a run did: its own drain's record (None: it stopped without one)."""
+
+    drain: DrainRecord | None = None
+    backend_drains: dict[str, list[DrainRecord]] = field(default_factory=dict)
+
+
+class Gateway:
+    """One gateway: :meth:`start` it in a running event loop, :meth:`drain_and_stop` or :meth:`close` it.
+
+    Example (as the tests run it)::
+
+        gw = Gateway(GatewayConfig(backends=(BackendSpec("a", "http://127.0.0.1:8001"),), port=0, admin_port=0),
+                     Telemetry(version="gateway"))
+        await gw.start()
+        ...  # requests to http://127.0.0.1:{gw.port}
+        await gw.close()
+    """
+
+    def __init__(self, config: GatewayConfig, tel: Telemetry, say: Callable[[str], None] | None = None) -> None:
+        self.config = config
+        self.tel = tel
+        self.app = GatewayApp(config, tel)
+        self.pool = self.app.pool
+        self.say = say or (lambda line: None)
+        self.result = GatewayResult()
+        self._servers: list[asyncio.Server] = []
+        self._conns: set[FrontConnection] = set()
+        self._drains: set[asyncio.Task[DrainRecord]] = set()
+        self.stopped = asyncio.Event()
+        self.port = config.port
+        self.admin_port = config.admin_port
+
+    async def start(self) -> None:
+        """Listen (front and admin) and start the health checks."""
+        loop = asyncio.get_running_loop()
+        cfg = self.config
+        front = await loop.create_server(
+            lambda: FrontConnection(self.app.handle, cfg.max_body_bytes, self._conns.add, self._conns.discard),
+            cfg.host, cfg.port, reuse_address=True)
+        admin = await loop.create_server(lambda: FrontConnection(self.admin, ADMIN_BODY_BYTES),
+                                         "127.0.0.1", cfg.admin_port, reuse_address=True)
+        self._servers = [front, admin]
+        self.port = front.sockets[0].getsockname()[1]
+        self.admin_port = admin.sockets[0].getsockname()[1]
+        await asyncio.gather(*(self.pool.check_health(b) for b in self.pool.backends.values()))
+        self.pool.start_health_checks()
+
+    async def close(self) -> None:
+        """Stop listening, end what is in flight (``server_draining``), close every connection."""
+        for server in self._servers:
+            server.close()
+        for task in self._drains:
+            task.cancel()
+        self.app.stopping = True
+        self.tel.finish_all("server_draining")
+        for ex in list(self.app.exchanges.values()):
+            ex.cut("drain:budget_exhausted")
+        await asyncio.sleep(0)
+        for conn in list(self._conns):
+            if conn.transport is not None:
+                conn.transport.abort()
+        await self.pool.close()
+        self.stopped.set()
+
+    async def drain_and_stop(self) -> DrainRecord:
+        """Drain the gateway itself (readiness false first), then close it; the record."""
+        drain = self.app.drain
+        if drain.begin(from_version=self.tel.version):
+            self.say(f"draining: /ready is 503, new requests get 503 draining; settle {self.config.drain_settle_s:g} s")
+        record = await drain.run()
+        self.result.drain = record
+        self.say(f"drain ended ({record.decision}) after {record.actual_drain_s:.2f} s: "
+                 f"{record.in_flight_at_start} in flight at start, {record.terminated} closed")
+        await self.close()
+        return record
+
+    # ---- the admin API -----------------------------------------------------------------------------------
+
+    async def admin(self, req: Request, res: Responder) -> None:
+        parts = [p for p in req.path.split("/") if p]
+        if parts[:2] != ["admin", "backends"] and parts != ["admin", "drain"]:
+            res.send(404, [_JSON], error_body(f"no route {req.path[:200]}", "not_found", 404))
+            return
+        if parts == ["admin", "drain"]:
+            if req.method != "POST":
+                res.send(405, [_JSON], error_body("use POST", "invalid_request_error", 405))
+                return
+            asyncio.get_running_loop().create_task(self.drain_and_stop())
+            res.send(202, [_JSON], json.dumps({"draining": True}).encode())
+            return
+        if len(parts) == 2:
+            res.send(200, [_JSON], json.dumps(self.pool.status()).encode())
+            return
+        backend = self.pool.backends.get(parts[2])
+        if backend is None:
+            res.send(404, [_JSON], error_body(f"no backend {parts[2][:40]!r}; known: "
+                                              f"{', '.join(self.pool.backends)}", "not_found", 404))
+            return
+        action = parts[3] if len(parts) > 3 else ""
+        if action == "" and req.method == "GET":
+            res.send(200, [_JSON], json.dumps(backend.status()).encode())
+        elif action == "drain" and req.method == "POST":
+            await self._admin_drain(req, res, backend)
+        elif action == "ready" and req.method == "POST":
+            self.pool.undrain(backend)
+            res.send(200, [_JSON], json.dumps(backend.status()).encode())
+        else:
+            res.send(404, [_JSON], error_body(f"no route {req.method} {req.path[:200]}", "not_found", 404))
+
+    async def _admin_drain(self, req: Request, res: Responder, backend: Backend) -> None:
+        try:
+            options = json.loads(req.body) if req.body.strip() else {}
+            if not isinstance(options, dict):
+                raise ValueError("expected a JSON object")
+            unknown = set(options) - {"budget_s", "settle_s", "idle_s", "on_budget"}
+            if unknown:
+                raise ValueError(f"unknown field(s) {', '.join(sorted(unknown))}; known: budget_s, settle_s, "
+                                 "idle_s, on_budget")
+            config = self.pool.drain_config(wait_budget_s=options.get("budget_s"),
+                                            unregister_settle_s=options.get("settle_s"),
+                                            idle_threshold_s=options.get("idle_s"),
+                                            on_budget=options.get("on_budget"))
+        except (ValueError, ConfigurationError) as exc:
+            res.send(400, [_JSON], error_body(f"drain options: {exc}", "invalid_request_error", 400))
+            return
+        drain = self.pool.begin_drain(backend, self.app._drain_closed, config)
+        if drain is None:
+            res.send(409, [_JSON], error_body(f"backend {backend.id} is draining already", "conflict", 409))
+            return
+        task = asyncio.get_running_loop().create_task(self.pool.run_drain(backend, drain))
+        self._drains.add(task)
+        task.add_done_callback(lambda t: self._drained(backend, t))
+        if b"wait=1" in req.target.encode():
+            record = await asyncio.shield(task)
+            res.send(200, [_JSON], json.dumps(record.to_dict()).encode())
+        else:
+            res.send(202, [_JSON], json.dumps(backend.status()).encode())
+
+    def _drained(self, backend: Backend, task: asyncio.Task[DrainRecord]) -> None:
+        self._drains.discard(task)
+        if not task.cancelled() and task.exception() is None:
+            self.result.backend_drains.setdefault(backend.id, []).append(task.result())
+
+
+async def serve(config: GatewayConfig, tel: Telemetry, *, say: Callable[[str], None] | None = None,
+                on_ready: Callable[[Gateway], None] | None = None) -> GatewayResult:
+    """Run a gateway until SIGTERM/SIGINT (drained first) or an admin drain; what it did."""
+    gw = Gateway(config, tel, say)
+    await gw.start()
+    loop = asyncio.get_running_loop()
+    signals = 0
+    tasks: list[asyncio.Task[object]] = []
+
+    def on_signal(sig: int) -> None:
+        nonlocal signals
+        signals += 1
+        name = signal.Signals(sig).name
+        if signals == 1:
+            gw.say(f"{name}: draining (a second {name} ends every request at once)")
+            tasks.append(loop.create_task(gw.drain_and_stop()))
+        else:
+            gw.say(f"{name} again: ending every request in flight now")
+            tasks.append(loop.create_task(gw.close()))
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, on_signal, sig)
+    if on_ready is not None:
+        on_ready(gw)
+    try:
+        await gw.stopped.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
+    return gw.result

@@ -1,0 +1,301 @@
+"""The gateway's request path against scripted backends (tests/_gateway_support.py): streams passed on byte
+for byte, usage settled, bad input refused, clients leaving, backends dying, stalling, retried, drained."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from llmslo.gateway import BudgetConfig
+from llmslo.telemetry import validate_summary
+from llmslo.tests._gateway_support import ScriptedBackend, running
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+def client(port: int) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30)
+
+
+def events(raw: bytes) -> list[dict[str, Any] | str]:
+    out: list[dict[str, Any] | str] = []
+    for block in raw.split(b"\n\n"):
+        if block.startswith(b"data: "):
+            data = block[6:]
+            out.append("[DONE]" if data == b"[DONE]" else json.loads(data))
+    return out
+
+
+async def stream(c: httpx.AsyncClient, prompt: str, **extra: Any) -> tuple[int, dict[str, str], bytes]:
+    body = {"model": "m", "prompt": prompt, "max_tokens": 8, "stream": True, **extra}
+    async with c.stream("POST", "/v1/completions", json=body) as r:
+        raw = b"".join([part async for part in r.aiter_raw()])
+        return r.status_code, dict(r.headers), raw
+
+
+def test_a_stream_passes_byte_for_byte_and_its_summary_takes_usage() -> None:
+    async def go() -> None:
+        b = ScriptedBackend()
+        async with running([b]) as (gw, rows):
+            async with client(gw.port) as c:
+                status, headers, raw = await stream(c, "script:tokens=6", stream_options={"include_usage": True})
+            await asyncio.sleep(0.05)
+        assert status == 200 and headers["x-llmslo-backend"] == "a"
+        assert raw.count(b"data: ") == 9 and raw.endswith(b"data: [DONE]\n\n")  # 6 chunks, finish, usage, DONE
+        forwarded = b.seen[0]
+        assert forwarded.headers["x-request-id"] == headers["x-request-id"]
+        (row,) = rows
+        assert row["finish_reason"] == "length" and row["version"] == "v1"
+        assert row["generated_tokens"] == row["sent_tokens"] == 6 and row["prompt_tokens"] == 7
+        assert row["request_id"] == headers["x-request-id"] and validate_summary(row) == []
+
+    run(go())
+
+
+def test_usage_the_gateway_asked_for_is_withheld_from_a_client_that_did_not() -> None:
+    async def go() -> None:
+        b = ScriptedBackend()
+        async with running([b]) as (gw, rows):
+            async with client(gw.port) as c:
+                _, _, raw = await stream(c, "script:tokens=4")
+            await asyncio.sleep(0.05)
+        assert b.seen[0].body["stream_options"] == {"include_usage": True}
+        got = events(raw)
+        assert not any(isinstance(e, dict) and "usage" in e for e in got)
+        assert got[-1] == "[DONE]" and len(got) == 6
+        assert rows[0]["prompt_tokens"] == 7 and rows[0]["generated_tokens"] == 4
+
+    run(go())
+
+
+def test_bad_requests_get_clear_errors_and_reach_no_backend() -> None:
+    async def go() -> None:
+        b = ScriptedBackend()
+        async with running([b], models=("m",), max_body_bytes=10_000) as (gw, rows), client(gw.port) as c:
+            bad_json = await c.post("/v1/completions", content=b"{nope")
+            not_object = await c.post("/v1/completions", json=[1, 2])
+            unknown = await c.post("/v1/completions", json={"model": "other", "prompt": "x"})
+            control = await c.post("/v1/completions", json={"model": "m\x00x", "prompt": "x"})
+            huge = await c.post("/v1/completions", content=b"x" * 20_000)
+            bad_max = await c.post("/v1/completions", json={"model": "m", "prompt": "x", "max_tokens": -1})
+            no_route = await c.get("/v2/nothing")
+            ids = await c.post("/v1/completions", json={"model": "m", "prompt": [1, 2, 3], "max_tokens": 2})
+            texts = await c.post("/v1/completions", json={"model": "m", "prompt": ["a", "b"], "max_tokens": 2})
+        assert bad_json.status_code == 400 and "not JSON" in bad_json.json()["error"]["message"]
+        assert not_object.status_code == 400
+        assert unknown.status_code == 404 and "'other' is not served" in unknown.json()["error"]["message"]
+        assert control.status_code == 400 and "control characters" in control.json()["error"]["message"]
+        assert huge.status_code == 413 and "20000 bytes" in huge.json()["error"]["message"]
+        assert bad_max.status_code == 400 and "max_tokens" in bad_max.json()["error"]["message"]
+        assert no_route.status_code == 404
+        assert ids.status_code == 200 and texts.status_code == 200
+        assert [s.body["prompt"] for s in b.seen] == [[1, 2, 3], ["a", "b"]]  # forwarded as sent
+        reasons = sorted(str(r.get("error_type")) for r in rows if r["finish_reason"] == "error")
+        assert reasons == ["bad_request"] * 4 + ["model_not_found"]
+
+    run(go())
+
+
+def test_a_client_that_leaves_cancels_the_backend_request_at_once() -> None:
+    async def go() -> None:
+        b = ScriptedBackend()
+        async with running([b]) as (gw, rows):
+            async with client(gw.port) as c:
+                body = {"model": "m", "prompt": "script:tokens=200,gap=0.02", "stream": True}
+                async with c.stream("POST", "/v1/completions", json=body) as r:
+                    got = 0
+                    async for part in r.aiter_raw():
+                        got += part.count(b"data: ")
+                        if got >= 3:
+                            break
+            for _ in range(100):
+                if rows and b.seen[0].cancelled:
+                    break
+                await asyncio.sleep(0.02)
+        (row,) = rows
+        assert row["finish_reason"] == "client_cancel"
+        assert b.seen[0].cancelled and b.seen[0].chunks_sent < 50
+        assert row["generated_tokens"] >= row["sent_tokens"] >= 3
+
+    run(go())
+
+
+def test_a_backend_that_dies_mid_stream_ends_it_with_an_error_event_and_opens_its_breaker() -> None:
+    async def go() -> None:
+        a, b = ScriptedBackend(), ScriptedBackend()
+        async with running([a, b], breaker_failures=2, breaker_open_s=60.0) as (gw, rows):
+            gw.pool.backends["b"].in_pool = False  # everything goes to a first
+            async with client(gw.port) as c:
+                results = [await stream(c, "script:tokens=10,die=3") for _ in range(2)]
+                assert gw.pool.backends["a"].breaker.state == "open"
+                gw.pool.backends["b"].in_pool = True
+                after = [await stream(c, "script:tokens=2") for _ in range(4)]
+            await asyncio.sleep(0.05)
+        for status, _, raw in results:
+            last = events(raw)[-1]
+            assert status == 200 and isinstance(last, dict) and last["error"]["code"] == "backend_failed"
+        assert all(h["x-llmslo-backend"] == "b" for _, h, _ in after)
+        assert len(a.seen) == 2 and len(b.seen) == 4
+        failed = [r for r in rows if r["finish_reason"] == "error"]
+        assert [r["error_type"] for r in failed] == ["backend_failed"] * 2
+        assert all(r["generated_tokens"] == 3 for r in failed)
+
+    run(go())
+
+
+def test_a_backend_that_refuses_or_answers_5xx_first_is_retried_on_another() -> None:
+    async def go() -> None:
+        a, b = ScriptedBackend(), ScriptedBackend()
+        async with running([a, b], retries=1) as (gw, rows), client(gw.port) as c:
+            served = []
+            for _ in range(6):
+                r = await c.post("/v1/completions", json={"model": "m", "prompt": "script:tokens=2",
+                                                          "max_tokens": 2})
+                served.append((r.status_code, r.headers["x-llmslo-backend"]))
+            await a.close()  # a refuses connections from now on
+            for _ in range(4):
+                r = await c.post("/v1/completions", json={"model": "m", "prompt": "script:tokens=2"})
+                served.append((r.status_code, r.headers["x-llmslo-backend"]))
+        assert all(status == 200 for status, _ in served)
+        assert all(backend == "b" for _, backend in served[6:])
+        assert [r["finish_reason"] for r in rows] == ["length"] * 10
+
+    run(go())
+
+
+def test_a_5xx_passes_to_the_client_when_no_other_backend_is_left() -> None:
+    async def go() -> None:
+        a = ScriptedBackend()
+        async with running([a], retries=1) as (gw, rows):
+            async with client(gw.port) as c:
+                r = await c.post("/v1/completions", json={"model": "m", "prompt": "script:status=500"})
+            await asyncio.sleep(0.05)
+        assert r.status_code == 500 and r.json()["error"]["type"] == "engine_error"
+        assert len(a.seen) == 1
+        assert rows[0]["finish_reason"] == "error" and rows[0]["error_type"] == "http_500"
+
+    run(go())
+
+
+def test_a_stalled_stream_ends_with_an_error_event() -> None:
+    async def go() -> None:
+        a = ScriptedBackend()
+        async with running([a], stall_s=0.3) as (gw, rows):
+            async with client(gw.port) as c:
+                status, _, raw = await stream(c, "script:tokens=10,stall=2")
+            await asyncio.sleep(0.05)
+        last = events(raw)[-1]
+        assert status == 200 and isinstance(last, dict) and last["error"]["code"] == "backend_stalled"
+        assert rows[0]["error_type"] == "backend_stalled" and rows[0]["generated_tokens"] == 2
+
+    run(go())
+
+
+def test_the_request_timeout_ends_a_stream_with_a_deadline_event() -> None:
+    async def go() -> None:
+        a = ScriptedBackend()
+        async with running([a], request_timeout_s=0.3) as (gw, rows):
+            async with client(gw.port) as c:
+                status, _, raw = await stream(c, "script:tokens=100,gap=0.05")
+            await asyncio.sleep(0.05)
+        last = events(raw)[-1]
+        assert status == 200 and isinstance(last, dict) and last["error"]["type"] == "deadline"
+        assert rows[0]["finish_reason"] == "deadline"
+
+    run(go())
+
+
+def test_draining_a_backend_takes_it_out_first_and_closes_its_idle_streams_with_the_drain_event() -> None:
+    async def go() -> None:
+        a, b = ScriptedBackend(), ScriptedBackend()
+        async with running([a, b], drain_idle_s=0.2, drain_budget_s=5.0) as (gw, rows):
+            gw.pool.backends["b"].in_pool = False
+            async with client(gw.port) as c, httpx.AsyncClient(
+                    base_url=f"http://127.0.0.1:{gw.admin_port}", timeout=30) as admin:
+                long = asyncio.ensure_future(stream(c, "script:tokens=3,stall=1"))
+                await asyncio.sleep(0.2)
+                gw.pool.backends["b"].in_pool = True
+                drain = asyncio.ensure_future(admin.post("/admin/backends/a/drain?wait=1"))
+                await asyncio.sleep(0.05)
+                assert (await admin.post("/admin/backends/a/drain")).status_code == 409
+                after = [await stream(c, "script:tokens=2") for _ in range(5)]
+                record = (await drain).json()
+                _status, _, raw = await long
+                listing = (await admin.get("/admin/backends")).json()
+        assert record["decision"] == "drained" and record["closed_by_reason"]["idle"] == 1
+        assert isinstance(events(raw)[-1], dict) and events(raw)[-1]["finish_reason"] == "server_draining"
+        assert all(h["x-llmslo-backend"] == "b" for _, h, _ in after) and len(a.seen) == 1
+        assert {x["id"]: x["in_pool"] for x in listing} == {"a": False, "b": True}
+        assert sorted(str(r["finish_reason"]) for r in rows) == ["length"] * 5 + ["server_draining"]
+
+    run(go())
+
+
+def test_token_budgets_admit_no_more_than_the_budget_and_settle_from_usage() -> None:
+    async def go() -> None:
+        a = ScriptedBackend()
+        # each request reserves its 3 prompt token ids + max_tokens 8; the burst holds 5 of them
+        budget = BudgetConfig(tokens_per_min=60.0 * 0.001, token_burst=5 * (3 + 8))
+        async with running([a], budget=budget) as (gw, rows):
+            async with client(gw.port) as c:
+                body = {"model": "m", "prompt": [1, 2, 3], "max_tokens": 8}
+                headers = {"authorization": "Bearer k1", "x-script": "script:tokens=8,gap=0.01"}
+                replies = await asyncio.gather(*(c.post("/v1/completions", json=body, headers=headers)
+                                                 for _ in range(20)))
+            await asyncio.sleep(0.05)
+        ok = [r for r in replies if r.status_code == 200]
+        refused = [r for r in replies if r.status_code == 429]
+        assert len(ok) == 5 and len(refused) == 15
+        assert all(r.json()["error"]["type"] == "rate_limited" and "retry-after" in r.headers for r in refused)
+        assert len(a.seen) == 5
+        served = [r for r in rows if r["finish_reason"] == "length"]
+        assert sum(int(str(r["prompt_tokens"])) + int(str(r["generated_tokens"])) for r in served) == 5 * (7 + 8)
+
+    run(go())
+
+
+def test_a_full_queue_answers_429_with_a_retry_after() -> None:
+    async def go() -> None:
+        a = ScriptedBackend()
+        config = {"concurrency": 1, "queue_capacity": 1, "queue_timeout_s": 10.0}
+        async with running([a], **config) as (gw, _rows), client(gw.port) as c:
+            body = {"model": "m", "prompt": "script:tokens=5,gap=0.05", "max_tokens": 5}
+            replies = await asyncio.gather(*(c.post("/v1/completions", json=body) for _ in range(4)))
+        codes = sorted(r.status_code for r in replies)
+        assert codes == [200, 200, 429, 429]
+        full = [r for r in replies if r.status_code == 429]
+        assert all(r.json()["error"]["type"] == "queue_full" and float(r.headers["retry-after"]) >= 1 for r in full)
+
+    run(go())
+
+
+def test_the_models_health_ready_and_metrics_routes() -> None:
+    async def go() -> None:
+        a = ScriptedBackend(model="smol")
+        async with running([a]) as (gw, _), client(gw.port) as c:
+            models = (await c.get("/v1/models")).json()
+            ready = await c.get("/ready")
+            await c.post("/v1/completions", json={"model": "smol", "prompt": "hi", "max_tokens": 2})
+            metrics = (await c.get("/metrics")).text
+            gw.pool.backends["a"].in_pool = False
+            unready = await c.get("/ready")
+        assert [m["id"] for m in models["data"]] == ["smol"]
+        assert ready.status_code == 200 and unready.status_code == 503
+        assert 'llmslo_requests_total{finish_reason="length"' in metrics
+
+    run(go())
+
+
+@pytest.mark.parametrize("text", ["http://h:1/v1", "ftp://h:1", "http://h:notaport"])
+def test_a_bad_backend_url_is_refused_with_the_fix(text: str) -> None:
+    from llmslo.gateway import backend_from_arg
+    from llmslo.telemetry import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=r"http://HOST:PORT|bad port"):
+        backend_from_arg(text, 1)
