@@ -1,0 +1,560 @@
+"""The concurrency limit of one backend, adapted to its latency per unit of work; and a whole-request baseline.
+
+A gateway sends at most ``limit`` requests at once to a backend (:meth:`AdaptiveLimit.try_acquire` before
+sending, :meth:`AdaptiveLimit.release` when the request ends) and reports each finished request's figures
+(:meth:`AdaptiveLimit.observe`). The limit follows two costs, never whole-request time:
+
+- **prefill cost**: time to first token per prompt token, ``ttft_s / max(prompt_tokens, 1)`` (seconds per
+  token), from every request that got a first token;
+- **decode cost**: the p90 (nearest rank) of the request's inter-chunk gaps (seconds), from every request
+  with at least one gap.
+
+Whole-request time of a token stream is mostly its output length: a long answer looks like a slow backend.
+:class:`WholeRttGradientLimit` models Envoy's gradient controller on whole-request time, for comparison
+(``bench/bench_gateway_concurrency.py`` runs both against the same simulated backend).
+
+Standard library only (plus llmslo's error type). Neither class is thread-safe: one event loop owns each.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+from llmslo.telemetry import ConfigurationError
+
+PREFILL = "ttft_per_prompt_token_s"
+"""The prefill cost signal: time to first token per prompt token (seconds per token)."""
+
+DECODE = "gap_p90_s"
+"""The decode cost signal: the p90 of one stream's inter-chunk gaps (seconds)."""
+
+SIGNALS: tuple[str, ...] = (PREFILL, DECODE)
+
+RESOLUTION_S = 1e-6
+"""Costs below this (seconds) count as this: a zero baseline would make every later sample infinitely slow."""
+
+MAX_S = 86_400.0
+"""Figures above this (seconds: a day) are dropped as bad: a unit mistake, not a latency."""
+
+REBASE_CUT = 2.0 / 3.0
+"""A re-measure compares the costs at two concurrencies: the later at most this fraction of the earlier."""
+
+PLATEAU = 0.9
+"""The cost "did not respond" to that cut when its gradient is within this factor of the earlier one (either
+way: a cost that rose while the load fell says the backend is changing; it is measured again)."""
+
+
+def _cost(value: object) -> float | None:
+    """``value`` as a cost in ``0..MAX_S`` seconds, or None for anything else (negative, NaN, inf, above
+    :data:`MAX_S`, not a number)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    x = float(value)
+    if not 0 <= x <= MAX_S:     # NaN fails every comparison
+        return None
+    return x
+
+
+def _nearest_rank(sorted_values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0 < q <= 1) of non-empty sorted values by nearest rank: the ``ceil(q n)``-th."""
+    rank = max(1, math.ceil(q * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def _int_field(owner: str, name: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigurationError(f"{owner}.{name}: must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def _number_field(owner: str, name: str, value: object, low: float, high: float, what: str) -> float:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or not low < value <= high):
+        raise ConfigurationError(f"{owner}.{name}: must be {what}, got {value!r}")
+    return float(value)
+
+
+def _limits(owner: str, initial: object, min_limit: object, max_limit: object) -> tuple[int, int, int]:
+    """``(initial, min_limit, max_limit)`` checked: integers, ``1 <= min_limit <= initial <= max_limit``."""
+    low = _int_field(owner, "min_limit", min_limit, 1)
+    high = _int_field(owner, "max_limit", max_limit, low)
+    start = _int_field(owner, "initial", initial, low)
+    if start > high:
+        raise ConfigurationError(f"{owner}.initial: must be between min_limit ({low}) and max_limit ({high}), "
+                                 f"got {start}")
+    return start, low, high
+
+
+def _clock_field(owner: str, clock: object) -> Callable[[], float]:
+    if not callable(clock):
+        raise ConfigurationError(f"{owner}.clock: must be a callable returning monotonic seconds, got {clock!r}")
+    return clock
+
+
+class _Slots:
+    """Requests in flight against a limit: the acquire/release half both controllers share."""
+
+    def __init__(self, min_limit: int, max_limit: int, limit: float) -> None:
+        self.min_limit = min_limit
+        self.max_limit = max_limit
+        self._limit = float(limit)   # the controller's value; the public limit is its floor, clamped
+        self._in_flight = 0
+        self.unmatched_releases = 0  # release() calls with nothing in flight (ignored)
+
+    @property
+    def limit(self) -> int:
+        """The current limit (requests), ``min_limit..max_limit``."""
+        return min(self.max_limit, max(self.min_limit, int(self._limit)))
+
+    @property
+    def in_flight(self) -> int:
+        """Requests acquired and not yet released."""
+        return self._in_flight
+
+    def try_acquire(self) -> bool:
+        """True, counting one more request in flight, when fewer than ``limit`` are in flight; else False."""
+        if self._in_flight >= self.limit:
+            return False
+        self._in_flight += 1
+        self._acquired()
+        return True
+
+    def release(self) -> None:
+        """One request ended (whatever its outcome). More releases than acquires are counted, never below 0."""
+        if self._in_flight == 0:
+            self.unmatched_releases += 1
+            return
+        self._in_flight -= 1
+
+    def _acquired(self) -> None:
+        """Hook: a request was just admitted (``in_flight`` already counts it)."""
+
+    def _clamp(self, value: float) -> float:
+        return min(float(self.max_limit), max(float(self.min_limit), value))
+
+
+class _Signal:
+    """One cost signal: this window's samples, its baseline and its last window median (seconds)."""
+
+    __slots__ = ("baseline_s", "baseline_set_s", "best_s", "last_ratio", "last_sample_s", "name", "samples")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.samples: list[float] = []
+        self.baseline_s: float | None = None
+        self.baseline_set_s: float | None = None   # clock time the baseline was last set (seconds)
+        self.best_s: float | None = None           # the lowest window median ever seen
+        self.last_sample_s: float | None = None
+        self.last_ratio: float | None = None
+
+    def lower(self, sample: float, tolerance: float, now: float) -> None:
+        """A window median ``sample`` (seconds): below the baseline it lowers it at once; to the best ever
+        seen when ``sample`` is within ``tolerance`` of that best or more than ``tolerance`` times below the
+        baseline (the backend recovered from a slow spell: a sample taken under our load would otherwise
+        become its baseline; if the best is out of reach now, a re-measure lifts it again)."""
+        best = self.best_s = sample if self.best_s is None else min(self.best_s, sample)
+        if self.baseline_s is None or sample < self.baseline_s:
+            recovered = sample <= tolerance * best or (self.baseline_s is not None
+                                                        and sample * tolerance < self.baseline_s)
+            self.baseline_s = best if recovered else sample
+            self.baseline_set_s = now
+
+
+class AdaptiveLimit(_Slots):
+    """The concurrency limit of one backend, following latency per unit of work (thread-unsafe: one event loop).
+
+    Each finished request gives up to two samples (:data:`PREFILL`, seconds per prompt token, and
+    :data:`DECODE`, seconds; see the module docstring). Every ``window`` requests that gave a sample, the
+    limit is updated once:
+
+    1. each signal with at least ``max(1, window // 4)`` samples in this window takes their **median** as
+       its sample (a signal with fewer gives no verdict this window);
+    2. its **baseline** is the lowest window median seen (the first window sets it; a lower median lowers
+       it at once: the backend is at least that fast; a median back within ``tolerance`` of the best ever
+       seen, or more than ``tolerance`` times below the baseline, restores that best, so a backend that
+       recovers from a slow spell gets its old baseline back rather than one measured under our load);
+       its ratio is ``sample / baseline`` (both floored at :data:`RESOLUTION_S`);
+    3. the **gradient** is the largest ratio. At or below ``tolerance`` the limit grows by ``sqrt(limit)``
+       (headroom) while the gradient is in the lower half of ``1..tolerance``, by 1 in the upper half (less
+       overshoot near the edge), and only when the window's peak in flight reached half the limit (an idle
+       backend proves nothing about more load). Above it the limit moves ``smoothing`` of the way toward
+       ``limit * tolerance / gradient`` (a multiplicative cut, smoothed because a finished request reports
+       the load of its whole lifetime, not of now), never below ``min_limit``.
+
+    **Re-measuring a baseline.** A baseline only rises on evidence that the backend itself became slower,
+    not that our load made it slow. While the gradient is over tolerance, costs are measured at falling
+    levels of load: once a cut has brought the requests in flight down to the limit, the samples of
+    requests that *started* after that moment (start = now - TTFT - the sum of its gaps) are collected
+    apart (they saw only that load; the window's own samples lag by a request's lifetime) until there are
+    ``max(1, window // 4)``: their gradient, with the most requests in flight meanwhile, is one level. The
+    next level is measured once the limit, and in flight, are down to :data:`REBASE_CUT` of that most (or
+    ``min_limit``). When a level's gradient is still above ``tolerance`` and within a factor :data:`PLATEAU`
+    of the level before, the cost did not respond to the cut: each signal over tolerance takes that level's
+    median as its baseline, and the limit grows again from there. When it fell (the cut helped) or rose (the
+    backend is still changing), that level becomes the one the next is compared with, and cutting goes on. So a
+    backend 3x slower per token at any load gets a new baseline (and, its knee where it was, its limit
+    back), while a backend that lost capacity (slow at the load it had, fast at a lower one) keeps its
+    baseline and a lower limit.
+
+    Requests without a first token give no prefill sample; requests without gaps no decode sample. A
+    backend that answers nothing gives no samples at all: a circuit breaker, not this limit, handles it.
+
+    Parameters: ``initial``, ``min_limit``, ``max_limit`` (requests); ``tolerance`` (> 1: how many times
+    its baseline a cost may be before the limit shrinks); ``window`` (requests per update); ``smoothing``
+    (0 < s <= 1: the fraction of a cut taken per window); ``clock`` (monotonic seconds: request starts,
+    the admin view). Raises :class:`ConfigurationError` naming the field for a bad value.
+
+    Example::
+
+        limit = AdaptiveLimit(initial=8, max_limit=128)
+        if not limit.try_acquire():
+            return refuse(503)
+        try:
+            reply = await send(backend, request)
+        finally:
+            limit.release()
+        limit.observe(ttft_s=reply.ttft_s, prompt_tokens=reply.prompt_tokens, gaps_s=reply.gaps_s)
+    """
+
+    def __init__(self, *, initial: int = 8, min_limit: int = 1, max_limit: int = 256,
+                 tolerance: float = 1.5, window: int = 20, smoothing: float = 0.2,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        owner = "AdaptiveLimit"
+        start, low, high = _limits(owner, initial, min_limit, max_limit)
+        self.tolerance = _number_field(owner, "tolerance", tolerance, 1.0, math.inf, "a finite number > 1")
+        self.window = _int_field(owner, "window", window, 1)
+        self.smoothing = _number_field(owner, "smoothing", smoothing, 0.0, 1.0, "a fraction in (0, 1]")
+        self._clock = _clock_field(owner, clock)
+        super().__init__(low, high, start)
+        self._signals = {name: _Signal(name) for name in SIGNALS}
+        self._window_requests = 0     # requests that gave a sample in this window
+        self._peak_in_flight = 0      # the most in flight during this window
+        self._overloaded = False      # the gradient went over tolerance and has not come back yet
+        self._ref: tuple[int, float] | None = None  # overload: (peak in flight, gradient) of the last level
+        self._cut_at: float | None = None      # overload: when in flight came down to the cut (clock seconds)
+        self._level_peak = 0                   # overload: the most in flight since then
+        self._after_cut: dict[str, list[float]] = {name: [] for name in SIGNALS}
+        self.gradient: float | None = None    # the last window's gradient (None before any verdict)
+        self.updates = 0              # windows that produced a verdict
+        self.rebases = 0              # baselines re-measured upward
+        self.ignored_values = 0       # bad figures dropped by observe()
+        self.last_update_s: float | None = None
+
+    def _acquired(self) -> None:
+        if self._in_flight > self._peak_in_flight:
+            self._peak_in_flight = self._in_flight
+        if self._cut_at is not None and self._in_flight > self._level_peak:
+            self._level_peak = self._in_flight
+
+    def release(self) -> None:
+        """One request ended (whatever its outcome). More releases than acquires are counted, never below 0."""
+        super().release()
+        self._note_cut()
+
+    # ---- samples ---------------------------------------------------------------------------------------
+
+    def observe(self, *, ttft_s: float | None, prompt_tokens: int, gaps_s: Sequence[float]) -> None:
+        """One finished request's figures: ``ttft_s`` (seconds; None when no first token came),
+        ``prompt_tokens`` (its prompt length), ``gaps_s`` (its inter-chunk gaps, seconds).
+
+        Bad values (negative, NaN, inf, above :data:`MAX_S`, not a number) are dropped and counted in
+        ``ignored_values``; this never raises. May update the limit (once every ``window`` requests that
+        gave a sample)."""
+        samples: dict[str, float] = {}
+        lifetime_s = 0.0
+        if ttft_s is not None:
+            prefill = self._prefill_cost(ttft_s, prompt_tokens)
+            if prefill is None:
+                self.ignored_values += 1
+            else:
+                samples[PREFILL] = prefill
+                lifetime_s = float(ttft_s)
+        good = self._good_gaps(gaps_s)
+        if good:
+            lifetime_s += math.fsum(good)
+            good.sort()
+            samples[DECODE] = _nearest_rank(good, 0.9)
+        if not samples:
+            return
+        after_cut = self._cut_at is not None and self._clock() - lifetime_s >= self._cut_at
+        for name, value in samples.items():
+            self._signals[name].samples.append(value)
+            if after_cut:
+                self._after_cut[name].append(value)
+        self._window_requests += 1
+        if self._window_requests >= self.window:
+            self._update()
+
+    @staticmethod
+    def _prefill_cost(ttft_s: object, prompt_tokens: object) -> float | None:
+        """Seconds per prompt token, or None when either figure is bad."""
+        ttft = _cost(ttft_s)
+        if ttft is None or isinstance(prompt_tokens, bool) or not isinstance(prompt_tokens, int) or prompt_tokens < 0:
+            return None
+        return ttft / max(prompt_tokens, 1)
+
+    def _good_gaps(self, gaps_s: object) -> list[float]:
+        """The finite gaps >= 0 (seconds); the others are counted in ``ignored_values`` and dropped."""
+        if gaps_s is None:
+            return []
+        try:
+            raw = list(gaps_s)  # type: ignore[call-overload]
+        except TypeError:
+            self.ignored_values += 1
+            return []
+        good = [g for g in (_cost(v) for v in raw) if g is not None]
+        self.ignored_values += len(raw) - len(good)
+        return good
+
+    # ---- the update ------------------------------------------------------------------------------------
+
+    def _update(self) -> None:
+        """One window's verdict: window medians, baselines, the gradient, then the limit."""
+        now = self._clock()
+        need = max(1, self.window // 4)
+        ratios: dict[str, float] = {}
+        for sig in self._signals.values():
+            if len(sig.samples) >= need:
+                sample = max(RESOLUTION_S, statistics.median(sig.samples))
+                sig.last_sample_s = sample
+                sig.lower(sample, self.tolerance, now)
+                assert sig.baseline_s is not None
+                sig.last_ratio = ratios[sig.name] = sample / sig.baseline_s
+            sig.samples.clear()
+        peak = self._peak_in_flight
+        self._window_requests = 0
+        self._peak_in_flight = self._in_flight
+        if not ratios:
+            return
+        self.updates += 1
+        self.last_update_s = now
+        gradient = self.gradient = max(ratios.values())
+        if gradient <= self.tolerance:
+            self._end_overload()
+            if peak * 2 >= self.limit:
+                near = gradient > (1.0 + self.tolerance) / 2.0
+                self._limit = self._clamp(self._limit + (1.0 if near else math.sqrt(self._limit)))
+            return
+        self._overloaded = True
+        if self._judge_cut(now):
+            return
+        target = self._limit * self.tolerance / gradient
+        self._limit = self._clamp(self._limit + self.smoothing * (target - self._limit))
+        self._note_cut()
+
+    def _note_cut(self) -> None:
+        """In an overload, stamp the moment the requests in flight came down to the next level measured: the
+        limit after the first cut, then a limit of :data:`REBASE_CUT` of the most in flight while the last
+        level was measured (or ``min_limit``)."""
+        if not self._overloaded or self._cut_at is not None:
+            return
+        level = math.inf if self._ref is None else REBASE_CUT * self._ref[0]
+        cut = self.limit <= self.min_limit or self._limit <= level
+        if cut and self._in_flight <= self.limit:
+            self._cut_at, self._level_peak = self._clock(), self._in_flight
+
+    def _judge_cut(self, now: float) -> bool:
+        """With enough samples from requests that started after the cut: re-measure (True) when their
+        costs did not respond to it (against the level measured before), else make this level the
+        reference for the next cut (False)."""
+        if self._cut_at is None:
+            return False
+        need = max(1, self.window // 4)
+        later: dict[str, float] = {}
+        for name, values in self._after_cut.items():
+            baseline = self._signals[name].baseline_s
+            if len(values) >= need and baseline is not None:
+                later[name] = max(RESOLUTION_S, statistics.median(values))
+        if not later:
+            return False
+        ratios = {name: value / (self._signals[name].baseline_s or RESOLUTION_S) for name, value in later.items()}
+        gradient = max(ratios.values())
+        steady = self._ref is not None and PLATEAU * self._ref[1] <= gradient <= self._ref[1] / PLATEAU
+        if steady and gradient > self.tolerance:
+            for name, ratio in ratios.items():
+                if ratio > self.tolerance:
+                    sig = self._signals[name]
+                    sig.baseline_s, sig.baseline_set_s, sig.last_ratio = later[name], now, 1.0
+            self.rebases += 1
+            self._end_overload()
+            return True
+        self._ref = (self._level_peak, gradient)
+        self._cut_at = None
+        for values in self._after_cut.values():
+            values.clear()
+        return False
+
+    def _end_overload(self) -> None:
+        self._overloaded = False
+        self._ref = None
+        self._cut_at = None
+        for values in self._after_cut.values():
+            values.clear()
+
+    # ---- reading ---------------------------------------------------------------------------------------
+
+    @property
+    def baselines(self) -> dict[str, float | None]:
+        """Each signal's baseline (seconds per prompt token, seconds), None before its first window."""
+        return {name: sig.baseline_s for name, sig in self._signals.items()}
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready state for the admin API: limit, in flight, and per signal (keyed by :data:`PREFILL` and
+        :data:`DECODE`) its baseline, best, when the baseline was set (clock seconds), last window median
+        and its ratio to the baseline; None where there is none yet."""
+        return {
+            "controller": "per_unit_of_work",
+            "limit": self.limit,
+            "in_flight": self._in_flight,
+            "min_limit": self.min_limit,
+            "max_limit": self.max_limit,
+            "tolerance": self.tolerance,
+            "window": self.window,
+            "gradient": self.gradient,
+            "overloaded": self._overloaded,
+            "baselines": self.baselines,
+            "best": {name: sig.best_s for name, sig in self._signals.items()},
+            "baseline_set_s": {name: sig.baseline_set_s for name, sig in self._signals.items()},
+            "last_sample": {name: sig.last_sample_s for name, sig in self._signals.items()},
+            "last_ratio": {name: sig.last_ratio for name, sig in self._signals.items()},
+            "updates": self.updates,
+            "rebases": self.rebases,
+            "ignored_values": self.ignored_values,
+            "unmatched_releases": self.unmatched_releases,
+            "last_update_s": self.last_update_s,
+        }
+
+
+class WholeRttGradientLimit(_Slots):
+    """Envoy-style gradient limit on whole-request time (for comparison only; same acquire/release/limit API).
+
+    A model of the documented gradient controller of Envoy's adaptive concurrency filter, on whole-request
+    round-trip time (seconds):
+
+    - **minRTT**: measured with the limit pinned to ``min_limit`` until ``min_rtt_requests`` requests that
+      started after the measurement began have finished; their ``percentile`` is minRTT. Re-measured every
+      ``min_rtt_interval_s`` seconds, and after 5 consecutive updates that left the limit at ``min_limit``;
+      the limit from before the measurement is restored after it. The first measurement begins at
+      construction. With ``pin_min_rtt=False`` (Envoy's ``min_concurrency_limit`` set apart) the limit is
+      not pinned: minRTT comes from live traffic, and the limit holds still while it is measured.
+    - **sampleRTT**: the ``percentile`` of the round-trip times finished in an update interval of
+      ``update_interval_s`` seconds (an interval without one changes nothing).
+    - ``gradient = (minRTT * (1 + buffer)) / sampleRTT`` clamped to ``[0.5, 2]``;
+      ``limit = gradient * limit + sqrt(limit)`` (the headroom), clamped to ``min_limit..max_limit``.
+
+    Defaults are Envoy's (min concurrency 3, buffer 25 %, p50, 100 ms, 60 s, 50 requests) except the limit
+    bounds, which match :class:`AdaptiveLimit`. Raises :class:`ConfigurationError` naming the field.
+    """
+
+    def __init__(self, *, initial: int = 8, min_limit: int = 3, max_limit: int = 256, buffer: float = 0.25,
+                 percentile: float = 0.5, update_interval_s: float = 0.1, min_rtt_interval_s: float = 60.0,
+                 min_rtt_requests: int = 50, pin_min_rtt: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        owner = "WholeRttGradientLimit"
+        start, low, high = _limits(owner, initial, min_limit, max_limit)
+        self.buffer = _number_field(owner, "buffer", buffer, -1.0, math.inf, "a finite fraction > -1")
+        self.percentile = _number_field(owner, "percentile", percentile, 0.0, 1.0, "a fraction in (0, 1]")
+        self.update_interval_s = _number_field(owner, "update_interval_s", update_interval_s, 0.0, math.inf,
+                                               "a finite number of seconds > 0")
+        self.min_rtt_interval_s = _number_field(owner, "min_rtt_interval_s", min_rtt_interval_s, 0.0, math.inf,
+                                                "a finite number of seconds > 0")
+        self.min_rtt_requests = _int_field(owner, "min_rtt_requests", min_rtt_requests, 1)
+        if not isinstance(pin_min_rtt, bool):
+            raise ConfigurationError(f"{owner}.pin_min_rtt: must be true or false, got {pin_min_rtt!r}")
+        self.pin_min_rtt = pin_min_rtt
+        self._clock = _clock_field(owner, clock)
+        super().__init__(low, high, start)
+        now = self._clock()
+        self.min_rtt_s: float | None = None
+        self.sample_rtt_s: float | None = None
+        self.gradient: float | None = None
+        self.ignored_values = 0
+        self.measurements = 0             # minRTT measurements completed
+        self._samples: list[float] = []
+        self._interval_start = now
+        self._at_min_updates = 0
+        self._next_measure_s = math.inf
+        self._measuring_since: float | None = None
+        self._restore_limit = float(start)
+        self._start_measuring(now)
+
+    @property
+    def measuring(self) -> bool:
+        """True while minRTT is being measured (the limit pinned to ``min_limit`` unless ``pin_min_rtt`` is
+        false)."""
+        return self._measuring_since is not None
+
+    def try_acquire(self) -> bool:
+        """As :meth:`AdaptiveLimit.try_acquire`; a due minRTT measurement starts first."""
+        self._maybe_measure(self._clock())
+        return super().try_acquire()
+
+    def observe_rtt(self, rtt_s: float) -> None:
+        """One finished request's whole round-trip time (seconds). Bad values are counted and dropped."""
+        rtt = _cost(rtt_s)
+        if rtt is None:
+            self.ignored_values += 1
+            return
+        now = self._clock()
+        if self._measuring_since is not None:
+            if rtt <= now - self._measuring_since:   # started after the measurement began
+                self._samples.append(rtt)
+                if len(self._samples) >= self.min_rtt_requests:
+                    self._finish_measuring(now)
+            return
+        self._samples.append(rtt)
+        if now - self._interval_start >= self.update_interval_s:
+            self._update(now)
+        self._maybe_measure(now)
+
+    def _update(self, now: float) -> None:
+        assert self.min_rtt_s is not None
+        self._samples.sort()
+        sample = self.sample_rtt_s = max(RESOLUTION_S, _nearest_rank(self._samples, self.percentile))
+        self._samples.clear()
+        self._interval_start = now
+        gradient = self.gradient = min(2.0, max(0.5, self.min_rtt_s * (1.0 + self.buffer) / sample))
+        self._limit = self._clamp(gradient * self._limit + math.sqrt(self._limit))
+        self._at_min_updates = self._at_min_updates + 1 if self.limit <= self.min_limit else 0
+
+    def _maybe_measure(self, now: float) -> None:
+        if self._measuring_since is None and (now >= self._next_measure_s or self._at_min_updates >= 5):
+            self._start_measuring(now)
+
+    def _start_measuring(self, now: float) -> None:
+        self._restore_limit = self._limit
+        if self.pin_min_rtt:
+            self._limit = float(self.min_limit)
+        self._measuring_since = now
+        self._samples.clear()
+        self._at_min_updates = 0
+
+    def _finish_measuring(self, now: float) -> None:
+        self._samples.sort()
+        self.min_rtt_s = max(RESOLUTION_S, _nearest_rank(self._samples, self.percentile))
+        self._samples.clear()
+        self._measuring_since = None
+        self._limit = self._restore_limit
+        self._interval_start = now
+        self._next_measure_s = now + self.min_rtt_interval_s
+        self.measurements += 1
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready state: limit, in flight, minRTT, the last sampleRTT and gradient (seconds)."""
+        return {
+            "controller": "whole_rtt_gradient",
+            "limit": self.limit,
+            "in_flight": self._in_flight,
+            "min_limit": self.min_limit,
+            "max_limit": self.max_limit,
+            "measuring_min_rtt": self.measuring,
+            "min_rtt_s": self.min_rtt_s,
+            "sample_rtt_s": self.sample_rtt_s,
+            "gradient": self.gradient,
+            "measurements": self.measurements,
+            "ignored_values": self.ignored_values,
+            "unmatched_releases": self.unmatched_releases,
+        }

@@ -1,0 +1,327 @@
+"""The gateway's adaptive concurrency limit: bounded acquire/release and limit, bad figures ignored, a limit
+that follows latency per unit of work (falls and settles when a backend slows, climbs back when it recovers,
+re-measures its baseline when the backend itself is slower) and, unlike Envoy's whole-request gradient, is
+not lowered by long answers. No sleeping: every test moves a fake clock."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmslo.gateway._concurrency import DECODE, PREFILL, AdaptiveLimit, WholeRttGradientLimit
+from llmslo.telemetry import ConfigurationError
+
+
+class Clock:
+    """Monotonic seconds moved by hand."""
+
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class _Stream:
+    start_s: float
+    ttft_s: float | None = None
+    gaps_s: list[float] = field(default_factory=list)
+
+
+class Backend:
+    """A continuous-batching backend with more demand than any limit: before each decode step as many
+    requests start as the limit lets in; a step lasts ``gap_s(in flight)`` seconds and gives every stream one
+    token (the first one's time is the TTFT); a stream of ``tokens`` tokens then ends, is released and
+    observed. Streams run on from one :meth:`run` to the next."""
+
+    def __init__(self, limit: AdaptiveLimit, clock: Clock, *, tokens: int = 16, prompt_tokens: int = 100) -> None:
+        self.limit = limit
+        self.clock = clock
+        self.tokens = tokens
+        self.prompt_tokens = prompt_tokens
+        self.running: list[_Stream] = []
+
+    def run(self, steps: int, gap_s: Callable[[int], float]) -> list[int]:
+        """``steps`` decode steps; the limit after each."""
+        limits: list[int] = []
+        for _ in range(steps):
+            while self.limit.try_acquire():
+                self.running.append(_Stream(self.clock.now))
+            step = gap_s(len(self.running))
+            self.clock.now += step
+            still: list[_Stream] = []
+            for s in self.running:
+                if s.ttft_s is None:
+                    s.ttft_s = self.clock.now - s.start_s
+                else:
+                    s.gaps_s.append(step)
+                if 1 + len(s.gaps_s) >= self.tokens:
+                    self.limit.release()
+                    self.limit.observe(ttft_s=s.ttft_s, prompt_tokens=self.prompt_tokens, gaps_s=s.gaps_s)
+                else:
+                    still.append(s)
+            self.running = still
+            limits.append(self.limit.limit)
+        return limits
+
+
+def knee(base_gap_s: float, slots: float) -> Callable[[int], float]:
+    """Per-token gap: ``base_gap_s`` up to ``slots`` streams, then growing in proportion (compute-bound)."""
+    return lambda running: base_gap_s * max(1.0, running / slots)
+
+
+def settled(limits: list[int], last: int) -> tuple[int, int]:
+    """The lowest and highest limit over the last ``last`` steps."""
+    tail = limits[-last:]
+    return min(tail), max(tail)
+
+
+# ---- acquire / release and bounds ----------------------------------------------------------------------
+
+
+def test_acquire_stops_at_the_limit_and_release_never_goes_below_zero() -> None:
+    limit = AdaptiveLimit(initial=3, clock=Clock())
+    assert [limit.try_acquire() for _ in range(4)] == [True, True, True, False]
+    assert limit.in_flight == 3
+    for _ in range(4):
+        limit.release()
+    assert limit.in_flight == 0
+    assert limit.unmatched_releases == 1
+    assert limit.try_acquire() and limit.in_flight == 1
+
+
+def test_whole_rtt_limit_acquires_up_to_its_pinned_limit_while_measuring() -> None:
+    limit = WholeRttGradientLimit(initial=8, min_limit=3, clock=Clock())
+    assert limit.measuring and limit.limit == 3
+    assert [limit.try_acquire() for _ in range(4)] == [True, True, True, False]
+    for _ in range(5):
+        limit.release()
+    assert limit.in_flight == 0 and limit.unmatched_releases == 2
+    live = WholeRttGradientLimit(initial=8, min_limit=3, pin_min_rtt=False, clock=Clock())
+    assert live.measuring and live.limit == 8       # minRTT from live traffic: nothing pinned
+
+
+def test_the_limit_stays_between_min_and_max_whatever_the_costs() -> None:
+    clock = Clock()
+    limit = AdaptiveLimit(initial=4, min_limit=2, max_limit=20, window=5, clock=clock)
+    backend = Backend(limit, clock)
+    highs = backend.run(400, knee(0.02, 1000))      # never slower: grows until max_limit
+    assert max(highs) == 20 and highs[-1] == 20
+    steps = iter(range(10**6))
+    lows = backend.run(400, lambda running: 0.02 * 1.02 ** next(steps))  # ever slower
+    assert min(lows) == 2 and lows[-1] == 2
+    assert all(2 <= v <= 20 for v in highs + lows)
+
+
+def test_the_limit_does_not_grow_while_the_backend_is_far_from_it() -> None:
+    clock = Clock()
+    limit = AdaptiveLimit(initial=40, window=5, clock=clock)
+    for _ in range(200):        # one request at a time: fast, but proves nothing about 40 at once
+        assert limit.try_acquire()
+        clock.now += 0.5
+        limit.release()
+        limit.observe(ttft_s=0.02, prompt_tokens=100, gaps_s=[0.02] * 15)
+    assert limit.updates == 40
+    assert limit.limit == 40
+
+
+@pytest.mark.parametrize("kw, field_name", [
+    ({"initial": 0}, "initial"),
+    ({"initial": 300}, "initial"),
+    ({"min_limit": 0}, "min_limit"),
+    ({"min_limit": 10, "max_limit": 5, "initial": 10}, "max_limit"),
+    ({"tolerance": 1.0}, "tolerance"),
+    ({"tolerance": math.nan}, "tolerance"),
+    ({"window": 0}, "window"),
+    ({"smoothing": 0.0}, "smoothing"),
+    ({"smoothing": 1.5}, "smoothing"),
+    ({"clock": 5.0}, "clock"),
+])
+def test_a_bad_configuration_is_refused_naming_the_field(kw: dict[str, object], field_name: str) -> None:
+    with pytest.raises(ConfigurationError, match=rf"^AdaptiveLimit\.{field_name}: must be"):
+        AdaptiveLimit(**kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kw, field_name", [
+    ({"buffer": -1.0}, "buffer"),
+    ({"percentile": 0.0}, "percentile"),
+    ({"update_interval_s": 0.0}, "update_interval_s"),
+    ({"min_rtt_interval_s": math.inf}, "min_rtt_interval_s"),
+    ({"min_rtt_requests": 0}, "min_rtt_requests"),
+    ({"pin_min_rtt": "no"}, "pin_min_rtt"),
+])
+def test_the_whole_rtt_limit_refuses_a_bad_configuration_naming_the_field(kw: dict[str, object],
+                                                                         field_name: str) -> None:
+    with pytest.raises(ConfigurationError, match=rf"^WholeRttGradientLimit\.{field_name}: must be"):
+        WholeRttGradientLimit(**kw)  # type: ignore[arg-type]
+
+
+# ---- bad figures ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, -0.5, 1e300, "0.1", True])
+def test_bad_figures_are_ignored_counted_and_never_raise(bad: object) -> None:
+    clock = Clock()
+    limit = AdaptiveLimit(initial=5, window=2, clock=clock)
+    for _ in range(10):
+        limit.observe(ttft_s=bad, prompt_tokens=100, gaps_s=[bad, bad])  # type: ignore[arg-type, list-item]
+        limit.observe(ttft_s=0.1, prompt_tokens=-3, gaps_s=None)  # type: ignore[arg-type]
+        limit.observe(ttft_s=0.1, prompt_tokens=True, gaps_s=5)  # type: ignore[arg-type]
+    assert limit.updates == 0 and limit.limit == 5
+    assert limit.baselines == {PREFILL: None, DECODE: None}
+    assert limit.ignored_values == 10 * (3 + 1 + 2)  # ttft and 2 gaps; the prompt; the prompt and the gaps
+
+
+def test_good_gaps_beside_bad_ones_still_count() -> None:
+    limit = AdaptiveLimit(initial=5, window=1, clock=Clock())
+    limit.observe(ttft_s=math.nan, prompt_tokens=100, gaps_s=[0.02, math.nan, -1.0, 0.04, math.inf])
+    assert limit.ignored_values == 4
+    assert limit.baselines == {PREFILL: None, DECODE: 0.04}
+
+
+def test_a_request_without_a_first_token_gives_no_prefill_sample() -> None:
+    limit = AdaptiveLimit(initial=5, window=4, clock=Clock())
+    for _ in range(4):
+        limit.observe(ttft_s=None, prompt_tokens=100, gaps_s=[0.03] * 9)
+    assert limit.baselines == {PREFILL: None, DECODE: 0.03}
+    assert limit.ignored_values == 0
+
+
+_figure = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 10**6))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_figure, st.integers(-5, 5000), st.lists(_figure, max_size=6)), max_size=60),
+       st.integers(1, 4))
+def test_any_figures_keep_the_limit_in_bounds_and_never_raise(
+        requests: list[tuple[float | None, int, list[float | None]]], window: int) -> None:
+    clock = Clock()
+    limit = AdaptiveLimit(initial=3, min_limit=2, max_limit=6, window=window, clock=clock)
+    for ttft_s, prompt_tokens, gaps_s in requests:
+        limit.try_acquire()
+        clock.now += 0.5
+        limit.release()
+        limit.observe(ttft_s=ttft_s, prompt_tokens=prompt_tokens, gaps_s=gaps_s)  # type: ignore[arg-type]
+        assert 2 <= limit.limit <= 6
+    json.dumps(limit.to_dict(), allow_nan=False)
+
+
+def test_the_whole_rtt_limit_ignores_bad_round_trip_times() -> None:
+    clock = Clock()
+    limit = WholeRttGradientLimit(min_rtt_requests=2, clock=clock)
+    clock.now += 10
+    for bad in (math.nan, -1.0, math.inf):
+        limit.observe_rtt(bad)
+    assert limit.ignored_values == 3 and limit.measuring and limit.min_rtt_s is None
+
+
+# ---- following the backend -----------------------------------------------------------------------------
+
+
+def test_a_backend_that_loses_capacity_lowers_the_limit_which_settles_then_climbs_back() -> None:
+    clock = Clock()
+    limit = AdaptiveLimit(initial=8, clock=clock)
+    backend = Backend(limit, clock)
+    normal = backend.run(3000, knee(0.02, 16))
+    low, high = settled(normal, 500)
+    assert high <= 1.25 * low                        # settled before the change
+    before = low
+    # the same per-token gap at low load, three times the gap at the load it had: a third of the capacity
+    slow = backend.run(3000, knee(0.02, 16 / 3))
+    slow_low, slow_high = settled(slow, 1000)
+    assert slow_high <= before / 2                   # fell ...
+    assert slow_high <= 1.5 * slow_low               # ... and settled
+    first_settled = next(i for i in range(len(slow)) if all(v <= slow_high for v in slow[i:]))
+    assert first_settled <= 1500                     # within a bounded number of steps
+    assert limit.rebases == 0                        # the load was the cause: the baseline did not move
+    again = backend.run(3000, knee(0.02, 16))
+    assert settled(again, 500)[0] >= 0.8 * before    # back to normal: the limit climbed again
+
+
+def test_a_backend_three_times_slower_per_token_gets_a_new_baseline_and_its_limit_back() -> None:
+    clock = Clock()
+    limit = AdaptiveLimit(initial=8, clock=clock)
+    backend = Backend(limit, clock)
+    before = settled(backend.run(3000, knee(0.02, 16)), 500)[0]
+    best_gap = limit.baselines[DECODE]
+    assert best_gap is not None
+    slow = backend.run(4000, knee(0.06, 16))  # every gap 3x, at any load
+    assert min(slow) < before                        # it cut first ...
+    assert limit.rebases >= 1                        # ... found the cost did not follow the cut, re-measured
+    slow_gap = limit.baselines[DECODE]
+    assert slow_gap is not None and 2.5 * best_gap <= slow_gap <= 3.5 * best_gap
+    low, high = settled(slow, 1000)
+    assert low >= 0.8 * before and high <= 1.5 * low  # settled near the same knee, not at min_limit
+    backend.run(3000, knee(0.02, 16))
+    assert limit.baselines[DECODE] == best_gap        # recovered: the best baseline is back
+
+
+def test_long_answers_do_not_lower_our_limit_but_lower_the_whole_rtt_one() -> None:
+    clock = Clock()
+    ours = AdaptiveLimit(initial=8, clock=clock)
+    theirs = WholeRttGradientLimit(initial=8, min_limit=3, update_interval_s=1.0, min_rtt_requests=20,
+                                   clock=clock)
+    gap_s, ttft_s = 0.02, 0.05
+
+    def serve(tokens: int, n: int) -> None:
+        """``n`` requests of ``tokens`` tokens, every gap ``gap_s``, one finishing every 0.1 s."""
+        for _ in range(n):
+            while ours.try_acquire():
+                pass
+            while theirs.try_acquire():
+                pass
+            clock.now += 0.1
+            gaps = [gap_s] * (tokens - 1)
+            ours.release()
+            ours.observe(ttft_s=ttft_s, prompt_tokens=200, gaps_s=gaps)
+            theirs.release()
+            theirs.observe_rtt(ttft_s + math.fsum(gaps))
+
+    serve(16, 300)
+    assert not theirs.measuring
+    ours_before, theirs_before = ours.limit, theirs.limit
+    serve(512, 100)                                  # 10 s of long answers, the same cost per token
+    assert ours.limit >= ours_before
+    assert ours.gradient is not None and ours.gradient <= ours.tolerance
+    assert theirs.gradient == 0.5                    # whole-request time looks 30x slower: clamped cut
+    assert theirs.limit <= theirs_before / 2
+
+
+def test_the_whole_rtt_limit_follows_envoys_formula() -> None:
+    clock = Clock()
+    limit = WholeRttGradientLimit(initial=16, min_limit=3, update_interval_s=1.0, min_rtt_requests=3,
+                                  clock=clock)
+    clock.now += 5.0
+    for _ in range(3):
+        limit.observe_rtt(1.0)
+    assert not limit.measuring and limit.min_rtt_s == 1.0 and limit.limit == 16   # restored after measuring
+    clock.now += 1.0
+    limit.observe_rtt(1.0)          # sampleRTT = minRTT: gradient (1 + 25 %) / 1, plus sqrt(16) headroom
+    assert limit.gradient == 1.25 and limit.limit == int(16 * 1.25 + 4)
+    clock.now += 1.0
+    limit.observe_rtt(2.0)          # gradient 1.25 / 2
+    assert limit.gradient == 0.625 and limit.limit == int(24 * 0.625 + math.sqrt(24))
+    clock.now += 61.0
+    assert limit.try_acquire()                           # minRTT is re-measured every 60 s
+    assert limit.measuring and limit.limit == 3
+
+
+def test_to_dict_is_json_ready_and_shows_baselines_and_the_last_sample() -> None:
+    clock = Clock()
+    limit = AdaptiveLimit(initial=5, window=2, clock=clock)
+    assert limit.try_acquire()
+    for _ in range(2):
+        limit.observe(ttft_s=0.05, prompt_tokens=100, gaps_s=[0.02, 0.03])
+    state = json.loads(json.dumps(limit.to_dict()))
+    assert state["limit"] == limit.limit and state["in_flight"] == 1
+    assert state["baselines"] == {PREFILL: 0.0005, DECODE: 0.03}
+    assert state["last_sample"] == {PREFILL: 0.0005, DECODE: 0.03}
+    assert state["last_update_s"] == clock.now and state["updates"] == 1
+    assert json.loads(json.dumps(WholeRttGradientLimit(clock=clock).to_dict()))["measuring_min_rtt"] is True
