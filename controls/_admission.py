@@ -196,6 +196,19 @@ class AdmissionQueue:
         finally:
             self._lock.release()
 
+    def set_concurrency(self, concurrency: int) -> None:
+        """Change the number of slots (an adaptive limit moved). More slots are granted to waiting requests at
+        once; fewer take effect as running requests end. Raises :class:`ConfigurationError` below 1."""
+        n = _positive_int("concurrency", concurrency)
+        woken: list[_Entry] = []
+        self._lock.acquire()
+        try:
+            self.concurrency = n
+            woken = self._dispatch_locked(self._clock())
+        finally:
+            self._lock.release()
+        self._settle([], woken)
+
     # ---- entry points ------------------------------------------------------------------------------------
 
     async def acquire(self, tracker: RequestTracker, tenant_class: str | None = None, *,

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from llmslo.controls import CircuitBreaker, DrainConfig, DrainController, DrainRecord
+from llmslo.gateway._concurrency import AdaptiveLimit
 from llmslo.gateway._config import BackendSpec, GatewayConfig
 from llmslo.gateway._http import UpstreamError, UpstreamPool, send_request
 from llmslo.telemetry import RequestTracker, Telemetry
@@ -48,6 +49,8 @@ class Backend:
     spec: BackendSpec
     breaker: CircuitBreaker
     upstream: UpstreamPool
+    limit: AdaptiveLimit
+    """How many requests it takes at once, following its latency per unit of work."""
     healthy: bool = True
     in_pool: bool = True
     outstanding: int = 0
@@ -75,7 +78,8 @@ class Backend:
             "id": self.id, "url": self.spec.url, "version": self.spec.version, "slots": self.spec.slots,
             "models": list(self.spec.models), "in_pool": self.in_pool, "healthy": self.healthy,
             "breaker": self.breaker.state, "routable": self.routable(), "outstanding": self.outstanding,
-            "served": self.served, "draining": self.drain is not None and self.drain.phase in ("settling", "waiting"),
+            "served": self.served, "limit": self.limit.to_dict(),
+            "draining": self.drain is not None and self.drain.phase in ("settling", "waiting"),
             "last_drain": None if self.last_drain is None else self.last_drain.to_dict(),
         }
 
@@ -131,15 +135,18 @@ class Pool:
         for spec in config.backends:
             breaker = CircuitBreaker(spec.id, consecutive_failures=config.breaker_failures, error_rate=None,
                                      open_s=config.breaker_open_s, failure_kinds=FAILURE_KINDS, telemetry=tel)
-            self.backends[spec.id] = Backend(spec, breaker, UpstreamPool(spec.host, spec.port))
+            limit = AdaptiveLimit(initial=2 * spec.slots, min_limit=1, max_limit=max(4, 64 * spec.slots))
+            self.backends[spec.id] = Backend(spec, breaker, UpstreamPool(spec.host, spec.port), limit)
         self._health_task: asyncio.Task[None] | None = None
 
     # ---- choosing --------------------------------------------------------------------------------------------
 
     def pick(self, model: str, exclude: frozenset[str] = frozenset()) -> Backend | None:
-        """A backend for a request for ``model`` (not one of ``exclude``), or None when none is routable."""
-        candidates = [b for b in self.backends.values()
-                      if b.id not in exclude and b.spec.serves(model) and b.routable()]
+        """A backend for a request for ``model`` (not one of ``exclude``), or None when none is routable. Those
+        below their concurrency limit come first; when every one is at its limit, the least loaded is taken."""
+        routable = [b for b in self.backends.values()
+                    if b.id not in exclude and b.spec.serves(model) and b.routable()]
+        candidates = [b for b in routable if b.limit.in_flight < b.limit.limit] or routable
         while candidates:
             if len(candidates) == 1:
                 choice = candidates[0]
@@ -159,6 +166,10 @@ class Pool:
         """Seconds until some backend may take requests again (a breaker's open time), at least 1."""
         return max(1.0, min((self.config.breaker_open_s for b in self.backends.values() if b.in_pool),
                             default=1.0))
+
+    def concurrency(self) -> int:
+        """The requests the routable backends take at once: the sum of their limits (at least 1)."""
+        return max(1, sum(b.limit.limit for b in self.backends.values() if b.routable()))
 
     def routable_slots(self) -> int:
         return sum(b.spec.slots for b in self.backends.values() if b.routable())

@@ -74,6 +74,8 @@ MAX_ERROR_BYTES = 64 * 1024
 READ_BYTES = 64 * 1024
 """The most bytes read from a backend at once."""
 DRAINING_RETRY_AFTER_S = 1.0
+MAX_GAPS = 4096
+"""The most inter-chunk gaps of one stream kept for its backend's concurrency limit."""
 _JSON = (b"content-type", b"application/json")
 
 
@@ -115,7 +117,7 @@ class _Parsed:
 class _Exchange:
     """One request forwarded to one backend: what ends it from outside (the client, the drain, timers)."""
 
-    __slots__ = ("conn", "ended_by", "finish_sent", "last_io", "obs", "t")
+    __slots__ = ("conn", "ended_by", "finish_sent", "first_ns", "gaps", "last_io", "obs", "sent_ns", "t")
 
     def __init__(self, t: RequestTracker) -> None:
         self.t = t
@@ -123,6 +125,12 @@ class _Exchange:
         self.obs: ReplyObserver | None = None
         self.finish_sent = False
         """The event carrying the reply's finish reason (or error) was handed to the client's transport."""
+        self.sent_ns = 0
+        """When the request was written to the backend (monotonic ns)."""
+        self.first_ns = 0
+        """When its first content chunk arrived (0: none yet)."""
+        self.gaps: list[float] = []
+        """The gaps between its content chunks' arrivals, seconds (at most :data:`MAX_GAPS`)."""
         self.ended_by: str | None = None
         """Why the gateway ended it: client_cancel, drain:<reason>, deadline, stall."""
         self.last_io = time.monotonic()
@@ -141,7 +149,7 @@ class GatewayApp:
     def __init__(self, config: GatewayConfig, tel: Telemetry, pool: Pool | None = None) -> None:
         self.config = config
         self.tel = tel
-        self.pool = pool if pool is not None else Pool(config, tel)
+        self.pool = pool if pool is not None else Pool(config, tel, on_change=lambda b, what: self.rebalance())
         self.exchanges: dict[int, _Exchange] = {}
         self.models = config.served_models()
         self.created = int(time.time())
@@ -159,7 +167,7 @@ class GatewayApp:
                 store = RedisBuckets(redis_client(budget.redis_url), fail_mode=budget.redis_fail_mode)
             self.limiter = RateLimiter(requests=requests, tokens=tokens, store=store, telemetry=tel)
         classes = config.tenant_classes
-        concurrency = config.concurrency or max(1, 2 * config.total_slots())
+        concurrency = config.concurrency or self.pool.concurrency()
         self.shedder = LoadShedder(classes=classes, queue_levels=_shed_levels(classes))
         self.queues: dict[str, AdmissionQueue] = {}
         self._concurrency = concurrency
@@ -183,6 +191,15 @@ class GatewayApp:
                     queue_timeout_s=self.config.queue_timeout_s, classes=self.config.tenant_classes,
                     shedder=self.shedder, telemetry=self.tel)
         return q
+
+    def rebalance(self) -> None:
+        """Without a fixed ``concurrency``, the queues' slots follow the routable backends' limits."""
+        if self.config.concurrency is None:
+            total = self.pool.concurrency()
+            if total != self._concurrency:
+                self._concurrency = total
+                for q in self.queues.values():
+                    q.set_concurrency(total)
 
     def _drain_closed(self, t: RequestTracker, reason: str) -> None:
         ex = self.exchanges.get(id(t))
@@ -372,11 +389,20 @@ class GatewayApp:
         b.outstanding += 1
         b.served += 1
         b.requests[id(t)] = t
+        limited = b.limit.try_acquire()
+        ex.sent_ns = ex.first_ns = 0
+        ex.gaps = []
         try:
             return await self._exchange(b, req, res, rid, t, p, ex, may_retry)
         finally:
             b.outstanding -= 1
             b.requests.pop(id(t), None)
+            if limited:
+                b.limit.release()
+            if ex.first_ns:
+                b.limit.observe(ttft_s=(ex.first_ns - ex.sent_ns) / 1e9, prompt_tokens=t.prompt_tokens,
+                                gaps_s=ex.gaps)
+                self.rebalance()
 
     async def _open(self, b: Backend, req: Request, rid: str, p: _Parsed,
                     ex: _Exchange) -> tuple[UpstreamConnection, UpstreamResponse]:
@@ -397,6 +423,7 @@ class GatewayApp:
     async def _exchange(self, b: Backend, req: Request, res: Responder, rid: str, t: RequestTracker,
                         p: _Parsed, ex: _Exchange, may_retry: bool) -> str | None:
         breaker = b.breaker
+        ex.sent_ns = time.monotonic_ns()
         try:
             conn, resp = await self._open(b, req, rid, p, ex)
         except UpstreamError as exc:
@@ -435,6 +462,7 @@ class GatewayApp:
         loop = asyncio.get_running_loop()
         watchdog = loop.call_later(stall, self._check_stall, ex, stall)
         first = True
+        last_ns = 0
         complete = False
         try:
             while True:
@@ -458,9 +486,15 @@ class GatewayApp:
                     done = left is not None and left <= 0
                 if payload:
                     k = 1 if obs.plain(payload) else obs.body(payload, done)
-                    if first and t.generated_tokens:
-                        first = False
-                        self._check_ttft(b, t)
+                    if k:
+                        now = time.monotonic_ns()
+                        if first:
+                            first = False
+                            ex.first_ns = now
+                            self._check_ttft(b, t)
+                        elif len(ex.gaps) < MAX_GAPS:
+                            ex.gaps.append((now - last_ns) / 1e9)
+                        last_ns = now
                     await res.write_chunk(payload if strip is None else strip.feed(payload))
                     if k:
                         send_count(k)

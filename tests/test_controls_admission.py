@@ -584,3 +584,34 @@ def test_depth_never_exceeds_capacity_and_every_request_settles_once(
 
     asyncio.run(asyncio.wait_for(main(), 3 * HANG_S))
     _check_accounting(tel, q, trackers, decisions)
+
+
+# ---- a concurrency that moves (an adaptive limit) --------------------------------------------------------
+
+@run_async
+async def test_more_slots_admit_waiting_requests_at_once_and_fewer_wait_for_running_ones_to_end(
+        tel: Telemetry, clock: FakeClock) -> None:
+    q = queue(tel, clock, capacity=4, concurrency=1)
+    first = start(tel, "r1")
+    assert (await q.acquire(first)).admitted
+    waiting = [start(tel, f"w{i}") for i in range(2)]
+    tasks = [asyncio.ensure_future(q.acquire(t)) for t in waiting]
+    await settle()
+    assert q.depth == 2 and not any(t.done() for t in tasks)
+    q.set_concurrency(3)
+    await settle()
+    assert all(t.done() and t.result().admitted for t in tasks) and q.running == 3
+    q.set_concurrency(1)
+    late = start(tel, "late")
+    late_task = asyncio.ensure_future(q.acquire(late))
+    await settle()
+    assert not late_task.done()
+    first.finish("stop")
+    waiting[0].finish("stop")
+    await settle()
+    assert not late_task.done() and q.running == 1  # still one running: the one slot is taken
+    waiting[1].finish("stop")
+    await settle()
+    assert late_task.done() and late_task.result().admitted
+    with pytest.raises(ConfigurationError, match="concurrency"):
+        q.set_concurrency(0)

@@ -301,3 +301,23 @@ def test_a_bad_backend_url_is_refused_with_the_fix(text: str) -> None:
 
     with pytest.raises(ConfigurationError, match=r"http://HOST:PORT|bad port"):
         backend_from_arg(text, 1)
+
+
+def test_without_a_fixed_concurrency_the_queue_and_the_routing_follow_the_backends_limits() -> None:
+    async def go() -> None:
+        a, b = ScriptedBackend(), ScriptedBackend()
+        async with running([a, b]) as (gw, _), client(gw.port) as c:
+            await c.post("/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 2})
+            q = gw.app.queues["m"]
+            limits = {x.id: x.limit.limit for x in gw.pool.backends.values()}
+            assert q.concurrency == sum(limits.values()) == 4  # one slot each: a limit of 2 each to start
+            full = gw.pool.backends["a"].limit
+            while full.try_acquire():  # a is at its limit: the power of two choices must not take it
+                pass
+            served = [(await c.post("/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 2}))
+                      .headers["x-llmslo-backend"] for _ in range(8)]
+            gw.pool.set_in_pool(gw.pool.backends["b"], False, "test")
+            assert q.concurrency == limits["a"]
+        assert served == ["b"] * 8
+
+    run(go())
