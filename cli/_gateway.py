@@ -88,6 +88,8 @@ def run_gateway(
     redis: Annotated[str | None, typer.Option(
         "--redis", help="Share the budgets between gateway replicas through this Redis URL.",
         show_default=False)] = None,
+    max_body: Annotated[int, typer.Option(
+        "--max-body", help="The largest request body taken, bytes (beyond: 413).")] = 4 * 1024 * 1024,
     retries: Annotated[int, typer.Option(
         "--retries", help="Other backends tried for a request that sent its client nothing yet.")] = 1,
     breaker_failures: Annotated[int, typer.Option(
@@ -137,7 +139,7 @@ def run_gateway(
     try:
         config = GatewayConfig(
             backends=backends, host=host, port=port, admin_port=admin_port, models=tuple(model or ()),
-            concurrency=concurrency, queue_capacity=max_queue,
+            concurrency=concurrency, queue_capacity=max_queue, max_body_bytes=max_body,
             queue_timeout_s=_required("--queue-timeout", queue_timeout),
             tenant_classes=tuple(c.strip() for c in tenant_classes.split(",") if c.strip()),
             budget=BudgetConfig(tokens_per_min=tokens_per_min, token_burst=token_burst,

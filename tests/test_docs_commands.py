@@ -143,7 +143,8 @@ def test_the_pages_show_commands() -> None:
                          ids=[f"{p}:{n}:{' '.join(a[:2])}" for p, n, a in COMMANDS])
 def test_each_shown_command_and_option_exists(page: str, line: int, argv: list[str]) -> None:
     path, command, rest = _resolve(argv)
-    assert not _is_group(command), f"{page}:{line}: llmslo {' '.join(path)} needs a subcommand"
+    runs_alone = getattr(command, "invoke_without_command", False)  # a group that is also a command (gateway)
+    assert not _is_group(command) or runs_alone, f"{page}:{line}: llmslo {' '.join(path)} needs a subcommand"
     known = _options(command)
     for token in rest:
         if token == "--":
@@ -161,7 +162,10 @@ def test_a_command_or_option_that_does_not_exist_is_caught() -> None:
         test_each_shown_command_and_option_exists("x.md", 1, ["report", "--db", "s.duckdb", "--windw", "5m"])
     with pytest.raises(AssertionError, match="llmslo gpu needs a subcommand"):
         test_each_shown_command_and_option_exists("x.md", 1, ["gpu", "--db", "s.duckdb"])
+    with pytest.raises(AssertionError, match="llmslo gateway has no option --backnd"):
+        test_each_shown_command_and_option_exists("x.md", 1, ["gateway", "--backnd", "http://h:1"])
     test_each_shown_command_and_option_exists("x.md", 1, ["report", "--db", "s.duckdb", "--window=5m"])  # passes
+    test_each_shown_command_and_option_exists("x.md", 1, ["gateway", "--backend", "http://h:1"])  # passes
 
 
 # ---- docs/server.md's example session, replayed -----------------------------------------------------------
