@@ -94,6 +94,8 @@ class BudgetConfig:
     """Share the buckets between gateway replicas through this Redis (one round trip per decision)."""
     redis_fail_mode: str = "open"
     """While Redis is unreachable: ``open`` admits, ``closed`` refuses."""
+    max_keys: int = 10_000
+    """API keys that own buckets; beyond, keys share one overflow bucket (memory stays bounded)."""
 
     @property
     def enabled(self) -> bool:

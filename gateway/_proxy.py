@@ -165,7 +165,8 @@ class GatewayApp:
             if budget.redis_url is not None:
                 from llmslo.controls import RedisBuckets, redis_client
                 store = RedisBuckets(redis_client(budget.redis_url), fail_mode=budget.redis_fail_mode)
-            self.limiter = RateLimiter(requests=requests, tokens=tokens, store=store, telemetry=tel)
+            self.limiter = RateLimiter(requests=requests, tokens=tokens, store=store, max_keys=budget.max_keys,
+                                       telemetry=tel)
         classes = config.tenant_classes
         concurrency = config.concurrency or self.pool.concurrency()
         self.shedder = LoadShedder(classes=classes, queue_levels=_shed_levels(classes))

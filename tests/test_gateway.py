@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import httpx
@@ -319,5 +320,66 @@ def test_without_a_fixed_concurrency_the_queue_and_the_routing_follow_the_backen
             gw.pool.set_in_pool(gw.pool.backends["b"], False, "test")
             assert q.concurrency == limits["a"]
         assert served == ["b"] * 8
+
+    run(go())
+
+
+def test_many_api_keys_keep_the_budget_state_bounded() -> None:
+    async def go() -> None:
+        a = ScriptedBackend()
+        budget = BudgetConfig(requests_per_s=1000.0, max_keys=50)
+        async with running([a], budget=budget) as (gw, rows), client(gw.port) as c:
+            replies = [await c.post("/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 1},
+                                    headers={"authorization": f"Bearer key-{i}"}) for i in range(200)]
+            limiter = gw.app.limiter
+            assert limiter is not None and len(limiter) <= 50
+        assert all(r.status_code == 200 for r in replies) and len(rows) == 200
+
+    run(go())
+
+
+def test_a_request_id_with_control_characters_is_replaced_before_it_reaches_the_backend() -> None:
+    async def go() -> None:
+        a = ScriptedBackend()
+        async with running([a]) as (gw, rows):
+            reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+            body = json.dumps({"model": "m", "prompt": "hi", "max_tokens": 1}).encode()
+            writer.write(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\nx-request-id: bad\x01id\x7f\r\n"
+                         b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+                         % (len(body), body))
+            answer = await reader.read()
+            writer.close()
+        head = answer.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+        assert head.startswith("HTTP/1.1 200")
+        sent = a.seen[0].headers["x-request-id"]
+        assert re.fullmatch(r"[0-9a-f-]{36}", sent) and f"x-request-id: {sent}" in head
+        assert rows[0]["request_id"] == sent
+
+    run(go())
+
+
+def test_a_client_that_never_reads_stops_the_backend_and_holds_bounded_memory() -> None:
+    async def go() -> None:
+        a = ScriptedBackend()
+        async with running([a]) as (gw, _rows):
+            import socket
+
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", gw.port))
+            body = json.dumps({"model": "m", "prompt": "script:tokens=200000", "stream": True}).encode()
+            await asyncio.get_running_loop().sock_sendall(
+                sock, b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                      b"content-length: %d\r\n\r\n%s" % (len(body), body))
+            sent: list[int] = []
+            for _ in range(10):
+                await asyncio.sleep(0.2)
+                sent.append(a.seen[0].chunks_sent if a.seen else 0)
+            buffered = max(conn.transport.get_write_buffer_size() for conn in gw._conns
+                           if conn.transport is not None)
+            sock.close()
+        assert 0 < sent[-1] == sent[-2] == sent[-3] < 200000  # the backend was stopped: nothing more went out
+        assert buffered <= 64 * 1024 + 64 * 1024 + 16  # the transport's high-water mark, plus one read
 
     run(go())
