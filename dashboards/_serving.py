@@ -1,5 +1,5 @@
-"""The serving dashboard: traffic, latency distributions with exemplars, admission, breakers and drains,
-stream backpressure, GPUs. Every query reads a metric of the :mod:`llmslo.telemetry` catalogue."""
+"""The serving dashboard: traffic, latency distributions with exemplars, admission, breakers and drains, a
+gateway's backends, stream backpressure, GPUs. Every query reads a metric of the :mod:`llmslo.telemetry` catalogue."""
 
 from __future__ import annotations
 
@@ -133,6 +133,35 @@ def _resilience(grid: Grid) -> None:
         unit="short", bars=True), 12)
 
 
+def _gateway(grid: Grid) -> None:
+    routable, draining = M["backend_routable"], M["backend_draining"]
+    outstanding, limit = M["backend_outstanding"], M["backend_limit"]
+    forwarded, changes = M["backend_requests"], M["backend_pool_changes"]
+    grid.row("Gateway backends")
+    grid.add(state_timeline(
+        "Backend routable", f"{routable.help} One lane per backend, the worst over gateways.",
+        [Target(f"min by (backend) ({series(routable)})", "{{backend}}")],
+        [(0, "not routed", "red"), (1, "routable", "green")]), 8)
+    grid.add(state_timeline(
+        "Backend draining", f"{draining.help} One lane per backend.",
+        [Target(f"max by (backend) ({series(draining)})", "{{backend}}")],
+        [(0, "serving", "green"), (1, "draining", "orange")]), 8)
+    grid.add(timeseries(
+        "Backend pool changes", f"{changes.help} Per {RATE_INTERVAL}.",
+        [Target(f"sum by (backend) (increase({series(changes)}[{RATE_INTERVAL}]))", "{{backend}}")],
+        unit="short", bars=True), 8)
+    grid.add(timeseries(
+        "Outstanding requests against the limit",
+        f"Outstanding: {outstanding.help} Limit (dashed): {limit.help}",
+        [Target(f"sum by (backend) ({series(outstanding)})", "{{backend}} outstanding"),
+         Target(f"sum by (backend) ({series(limit)})", "{{backend}} limit")],
+        unit="short", minimum=0, overrides=[override(".* limit", DASHED, ("custom.fillOpacity", 0))]), 12)
+    grid.add(timeseries(
+        "Requests forwarded per backend", f"{forwarded.help} Per second.",
+        [Target(f"sum by (backend) (rate({series(forwarded)}[{RATE_INTERVAL}]))", "{{backend}}")],
+        unit="reqps", stack=True), 12)
+
+
 def _streams(grid: Grid) -> None:
     paused, generated, sent = M["paused_streams"], M["generated_tokens"], M["sent_tokens"]
     grid.row("Streams and backpressure")
@@ -172,6 +201,7 @@ def serving_dashboard(model: Model | None = None) -> Dashboard:
     _latency(grid, spec)
     _admission(grid)
     _resilience(grid)
+    _gateway(grid)
     _streams(grid)
     _gpu(grid)
     requests = M["requests"]
@@ -186,7 +216,7 @@ def serving_dashboard(model: Model | None = None) -> Dashboard:
     ]
     title = f"llmslo serving: {service}" if service else "llmslo serving"
     description = ("Requests, tokens, latency distributions with request_id exemplars, admission, circuit "
-                   "breakers, drains, backpressure and GPUs, from llmslo telemetry metrics.")
+                   "breakers, drains, a gateway's backends, backpressure and GPUs, from llmslo telemetry metrics.")
     kind: Kind = "serving"
     data = envelope(uid_=uid(service, kind), title=title, description=description, service=service,
                     variables=variables, panels=grid.panels, time_from="now-3h")

@@ -11,10 +11,12 @@ request. ``docs/gateway.md`` is the tour.
   :func:`backend_from_arg`: the configuration;
 - :class:`Gateway`: one running gateway (front server, admin API, health checks); :func:`serve` runs one until
   SIGTERM;
-- :class:`GatewayApp`: the request path; :class:`Pool`, :class:`Backend`: the backends.
+- :class:`GatewayApp`: the request path; :class:`Pool`, :class:`Backend`: the backends; :class:`PoolCollector`:
+  their series (``llmslo_backend_*``) at each scrape.
 """
 
 from llmslo.gateway._config import BackendSpec, BudgetConfig, GatewayConfig, backend_from_arg, load_pool
+from llmslo.gateway._metrics import PoolCollector
 from llmslo.gateway._pool import Backend, Pool
 from llmslo.gateway._proxy import GatewayApp
 from llmslo.gateway._run import Gateway, GatewayResult, serve
@@ -28,6 +30,7 @@ __all__ = [
     "GatewayConfig",
     "GatewayResult",
     "Pool",
+    "PoolCollector",
     "backend_from_arg",
     "load_pool",
     "serve",

@@ -57,6 +57,7 @@ from llmslo.gateway._http import (
     error_body,
     send_request,
 )
+from llmslo.gateway._metrics import PoolCollector
 from llmslo.gateway._pool import Backend, Pool
 from llmslo.telemetry import RequestTracker, Telemetry
 from llmslo.telemetry._exposition import render_metrics
@@ -173,6 +174,7 @@ class GatewayApp:
         self.queues: dict[str, AdmissionQueue] = {}
         self._concurrency = concurrency
         self.stopping = False
+        tel.registry.register(PoolCollector(self.pool))
 
     # ---- state ---------------------------------------------------------------------------------------------
 

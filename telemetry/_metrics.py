@@ -55,8 +55,9 @@ LabelValues = tuple[str, ...]
 ExemplarData = tuple[dict[str, str], float, float]
 """An exemplar as stored: its labels, the observed value or increment, its Unix timestamp (seconds)."""
 
-_OWNED: tuple[N.Metric, ...] = tuple(m for m in N.METRICS if "gpu" not in m.labels)
-"""The catalogue metrics this collector exposes (the GPU gauges are the GPU sampler's)."""
+_OWNED: tuple[N.Metric, ...] = tuple(m for m in N.METRICS if "gpu" not in m.labels and "backend" not in m.labels)
+"""The catalogue metrics this collector exposes (the GPU gauges are the GPU sampler's, the backends' series the
+gateway's)."""
 
 _SERIES_HISTOGRAMS: tuple[str, ...] = (N.TTFT.key, N.E2E.key, N.QUEUE.key, N.CLIENT_TTFT.key, N.TPOT.key, N.ITL.key)
 """The per-request histograms, in the order of :class:`_Series` (the first four are ``intervals``)."""

@@ -116,6 +116,7 @@ LABELS: Mapping[str, Label] = {
         Label("reason", "why something was dropped or closed (each metric narrows the set)",
               values=SUMMARY_DROP_REASONS + OBSERVATION_DROP_REASONS + DRAIN_CLOSE_REASONS),
         Label("gpu", "GPU index on the host", max_values=16),
+        Label("backend", "a backend (engine instance) of a gateway's pool, by its id", max_values=16),
     )
 }
 """Every label name a llmslo metric may carry, by name."""
@@ -314,6 +315,31 @@ GPU_THROTTLE_REASONS = Metric(
     "gpu_throttle_reasons", "llmslo_gpu_throttle_reasons", "gauge", "",
     "NVML clocks-event (throttle) reason bit mask; 0 when the clocks are not held back.", ("gpu",))
 
+# ---- the gateway's backends (exposed by llmslo.gateway's pool collector, read at each scrape) ---------------
+BACKEND_ROUTABLE = Metric(
+    "backend_routable", "llmslo_backend_routable", "gauge", "",
+    "1 while the gateway routes requests to the backend (in the pool, healthy, breaker not open), else 0.",
+    ("backend",))
+BACKEND_DRAINING = Metric(
+    "backend_draining", "llmslo_backend_draining", "gauge", "",
+    "1 while the gateway drains the backend (out of the pool, its requests finishing), else 0.", ("backend",))
+BACKEND_OUTSTANDING = Metric(
+    "backend_outstanding", "llmslo_backend_outstanding_requests", "gauge", "requests",
+    "Requests the gateway has forwarded to the backend and not yet ended.", ("backend",))
+BACKEND_LIMIT = Metric(
+    "backend_limit", "llmslo_backend_concurrency_limit_requests", "gauge", "requests",
+    "The backend's adaptive concurrency limit: requests the gateway sends it at once before trying others.",
+    ("backend",))
+BACKEND_REQUESTS = Metric(
+    "backend_requests", "llmslo_backend_requests_total", "counter", "requests",
+    "Requests forwarded to the backend (a retried request counts once per backend tried).", ("backend",))
+BACKEND_POOL_CHANGES = Metric(
+    "backend_pool_changes", "llmslo_backend_pool_changes_total", "counter", "",
+    "Changes of the backend's routability: into or out of the pool, healthy or not.", ("backend",))
+GATEWAY_METRICS: tuple[Metric, ...] = (
+    BACKEND_ROUTABLE, BACKEND_DRAINING, BACKEND_OUTSTANDING, BACKEND_LIMIT, BACKEND_REQUESTS, BACKEND_POOL_CHANGES)
+"""The gateway's per-backend series (label ``backend``)."""
+
 METRICS: tuple[Metric, ...] = (
     TTFT, CLIENT_TTFT, TPOT, ITL, E2E, QUEUE,
     PROMPT_TOKENS, PROPOSED_TOKENS, GENERATED_TOKENS, SENT_TOKENS,
@@ -324,6 +350,7 @@ METRICS: tuple[Metric, ...] = (
     DRAIN_DURATION, DRAIN_CLOSED_STREAMS,
     GPU_MEMORY_USED, GPU_MEMORY_TOTAL,
     GPU_UTILIZATION, GPU_POWER, GPU_TEMPERATURE, GPU_SM_CLOCK, GPU_THROTTLE_REASONS,
+    *GATEWAY_METRICS,
 )
 """Every metric llmslo exposes."""
 

@@ -24,6 +24,7 @@ import pytest
 
 from llmslo.controls import AdmissionQueue, CircuitBreaker
 from llmslo.dashboards import panel_queries, variable_queries
+from llmslo.gateway import BackendSpec, GatewayConfig, Pool, PoolCollector
 from llmslo.ops._prometheus import Prometheus, PrometheusError, running_prometheus
 from llmslo.rules import render
 from llmslo.telemetry import GpuSampler, MetricsServer, SendQueue, SloPolicy, StreamPolicy, Telemetry
@@ -137,7 +138,7 @@ async def _pause_one_stream(tel: Telemetry) -> None:
 
 def _serving_state(tel: Telemetry) -> None:
     """The controls' and the sampler's series: queue capacity, a tripped breaker, a drain under way, a
-    paused stream, one GPU."""
+    paused stream, one GPU, a gateway's backend."""
     AdmissionQueue("chat", capacity=16, concurrency=4, telemetry=tel)
     breaker = CircuitBreaker("engine", consecutive_failures=2, telemetry=tel)
     breaker.record_failure()
@@ -149,6 +150,9 @@ def _serving_state(tel: Telemetry) -> None:
     sampler = GpuSampler(nvml=OneGpu(), registry=tel.registry)
     assert sampler.open()
     sampler.sample_once()
+    pool = Pool(GatewayConfig(backends=(BackendSpec("llama-a", "http://127.0.0.1:9"),)), tel)
+    tel.registry.register(PoolCollector(pool))  # a gateway's backend, taken out of the pool once
+    pool.set_in_pool(pool.backends["llama-a"], False, "drained")
 
 
 @pytest.fixture(scope="module")

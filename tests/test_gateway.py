@@ -286,11 +286,18 @@ def test_the_models_health_ready_and_metrics_routes() -> None:
             ready = await c.get("/ready")
             await c.post("/v1/completions", json={"model": "smol", "prompt": "hi", "max_tokens": 2})
             metrics = (await c.get("/metrics")).text
-            gw.pool.backends["a"].in_pool = False
+            gw.pool.set_in_pool(gw.pool.backends["a"], False, "test")
             unready = await c.get("/ready")
+            after = (await c.get("/metrics")).text
         assert [m["id"] for m in models["data"]] == ["smol"]
         assert ready.status_code == 200 and unready.status_code == 503
         assert 'llmslo_requests_total{finish_reason="length"' in metrics
+        for line in ('llmslo_backend_routable{backend="a"} 1.0', 'llmslo_backend_requests_total{backend="a"} 1.0',
+                     'llmslo_backend_pool_changes_total{backend="a"} 0.0',
+                     'llmslo_backend_concurrency_limit_requests{backend="a"} 2.0'):
+            assert line in metrics
+        assert 'llmslo_backend_routable{backend="a"} 0.0' in after
+        assert 'llmslo_backend_pool_changes_total{backend="a"} 1.0' in after
 
     run(go())
 
