@@ -352,9 +352,10 @@ def operational_rules(model: Model, alert: OperationalAlert) -> list[Rule]:
     if alert.kind == "drain_too_long" and op.drain_too_long is not None:
         d = op.drain_too_long
         draining, d_sel = _op(spec, "draining")
-        expr = f"{selector(draining.name, d_sel)} == 1"
+        backend, b_sel = _op(spec, "backend_draining")  # a gateway draining one of its backends
+        expr = f"{selector(draining.name, d_sel)} == 1 or {selector(backend.name, b_sel)} == 1"
         return [make(expr, d.severity, d.budget_s, "drain exceeded its budget",
-                     f"An instance has been draining for longer than its budget of "
+                     f"An instance (or a gateway's backend) has been draining for longer than its budget of "
                      f"{prometheus_duration(d.budget_s)}: terminate the remaining requests or put it back in "
                      f"the pool and skip this update.")]
     if alert.kind == "summaries_dropped" and op.summaries_dropped is not None:

@@ -585,11 +585,14 @@ def _state_proof(model: Model, alert: OperationalAlert, rule: Rule, clock: _Cloc
     """Drain too long, GPU memory: a gauge condition held for ``for``, then cleared."""
     op = model.spec.operational
     series_values: list[tuple[str, tuple[Value, Value]]]
+    also: list[list[Matcher]] = []
     if alert.kind == "drain_too_long" and op.drain_too_long is not None:
         hold_for = op.drain_too_long.budget_s
         fired = _target(model, "draining")
-        series_values = [(_series_of("draining", fired), (0, 1))]
-        what = "a drain"
+        backend = _target(model, "backend_draining", ("backend", "=", "llama-a"))
+        also = [backend]
+        series_values = [(_series_of("draining", fired), (0, 1)), (_series_of("backend_draining", backend), (0, 1))]
+        what = "a drain (an instance's and a gateway backend's)"
     elif alert.kind == "gpu_memory" and op.gpu_memory is not None:
         hold_for = op.gpu_memory.for_s
         total = 80 * 2**30
@@ -604,7 +607,8 @@ def _state_proof(model: Model, alert: OperationalAlert, rule: Rule, clock: _Cloc
     series = [(text, gauge([(steps[0], normal), (steps[1], tripped), (steps[2], normal)]))
               for text, (normal, tripped) in series_values]
     name = alert.name
-    checks = [Check(name, clock.at(bad - 1)), Check(name, clock.after(bad + hold_for), (_labels(fired, rule.labels),)),
+    firing = tuple(_labels(m, rule.labels) for m in (fired, *also))
+    checks = [Check(name, clock.at(bad - 1)), Check(name, clock.after(bad + hold_for), firing),
               Check(name, clock.after(ok))]
     if clock.before(bad + hold_for) > bad:
         checks.append(Check(name, clock.before(bad + hold_for)))

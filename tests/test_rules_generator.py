@@ -209,4 +209,4 @@ def test_queue_and_drain_alerts_read_the_gauges_the_controls_set() -> None:
                           '(llmslo_queue_capacity_requests{job="s",model="m"} > 0) > 0.8')
     assert queue.for_s == 60
     drain = rules["SDrainTooLong"]
-    assert drain.expr == 'llmslo_draining{job="s"} == 1' and drain.for_s == 300
+    assert drain.expr == 'llmslo_draining{job="s"} == 1 or llmslo_backend_draining{job="s"} == 1' and drain.for_s == 300
