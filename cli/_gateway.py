@@ -74,6 +74,9 @@ def run_gateway(
     max_queue: Annotated[int, typer.Option(
         "--max-queue", help="Requests waiting per model at most (beyond: 429 queue_full).")] = 256,
     queue_timeout: Annotated[str, typer.Option("--queue-timeout", help="The longest wait in the queue.")] = "30s",
+    degrade_max_tokens: Annotated[int | None, typer.Option(
+        "--degrade-max-tokens", help="Under load (the queue at half its class's shed level), cap max_tokens to "
+        "this before refusing anyone; default off.", show_default=False)] = None,
     tenant_classes: Annotated[str, typer.Option(
         "--tenant-classes", help="Tenant classes (X-Tenant-Class), most important first; must hold 'default'. "
         "The last is shed first.")] = "interactive,default,batch",
@@ -140,6 +143,7 @@ def run_gateway(
         config = GatewayConfig(
             backends=backends, host=host, port=port, admin_port=admin_port, models=tuple(model or ()),
             concurrency=concurrency, queue_capacity=max_queue, max_body_bytes=max_body,
+            degrade_max_tokens=degrade_max_tokens,
             queue_timeout_s=_required("--queue-timeout", queue_timeout),
             tenant_classes=tuple(c.strip() for c in tenant_classes.split(",") if c.strip()),
             budget=BudgetConfig(tokens_per_min=tokens_per_min, token_burst=token_burst,

@@ -119,6 +119,9 @@ class GatewayConfig:
     """Requests forwarded at once, all backends together (default: twice the ready backends' slots)."""
     queue_capacity: int = 256
     queue_timeout_s: float = 30.0
+    degrade_max_tokens: int | None = None
+    """Under load (the queue at half its class's shed level), cap a request's ``max_tokens`` to this before
+    refusing anyone (None: no degradation)."""
     tenant_classes: tuple[str, ...] = ("interactive", "default", "batch")
     """Priority order, most important first: shedding refuses the last first."""
     budget: BudgetConfig = field(default_factory=BudgetConfig)
@@ -158,8 +161,10 @@ class GatewayConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigurationError(f"{name}: must be an integer >= 1, got {value!r}")
-        if self.concurrency is not None and (not isinstance(self.concurrency, int) or self.concurrency < 1):
-            raise ConfigurationError(f"concurrency: must be an integer >= 1, got {self.concurrency!r}")
+        for name in ("concurrency", "degrade_max_tokens"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigurationError(f"{name}: must be an integer >= 1 or off, got {value!r}")
         if not isinstance(self.retries, int) or self.retries < 0:
             raise ConfigurationError(f"retries: must be an integer >= 0, got {self.retries!r}")
         for name in ("queue_timeout_s", "breaker_open_s", "stall_s", "health_interval_s", "drain_budget_s"):

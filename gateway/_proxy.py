@@ -113,6 +113,19 @@ class _Parsed:
     prompt_tokens: int
     body: bytes
     injected_usage: bool
+    obj: dict[str, object]
+    """The body as parsed (re-serialised only when the gateway changes it)."""
+
+    def cap_max_tokens(self, cap: int) -> bool:
+        """Lower ``max_tokens`` to ``cap`` (degradation under load); whether it changed anything."""
+        if self.max_tokens <= cap:
+            return False
+        self.max_tokens = cap
+        key = "max_completion_tokens" if "max_completion_tokens" in self.obj and "max_tokens" not in self.obj \
+            else "max_tokens"
+        self.obj[key] = cap
+        self.body = json.dumps(self.obj).encode()
+        return True
 
 
 class _Exchange:
@@ -170,7 +183,8 @@ class GatewayApp:
                                        telemetry=tel)
         classes = config.tenant_classes
         concurrency = config.concurrency or self.pool.concurrency()
-        self.shedder = LoadShedder(classes=classes, queue_levels=_shed_levels(classes))
+        stages = [("cap_max_tokens", DEGRADE_AT)] if config.degrade_max_tokens is not None else []
+        self.shedder = LoadShedder(classes=classes, queue_levels=_shed_levels(classes), degrade=stages)
         self.queues: dict[str, AdmissionQueue] = {}
         self._concurrency = concurrency
         self.stopping = False
@@ -270,7 +284,7 @@ class GatewayApp:
                 body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
                 injected = True
                 out = json.dumps(body).encode()
-        return _Parsed(model, stream, max_tokens, _estimate_prompt_tokens(body), out, injected)
+        return _Parsed(model, stream, max_tokens, _estimate_prompt_tokens(body), out, injected, body)
 
     async def _generate(self, req: Request, res: Responder, rid: str) -> None:
         tenant_raw = req.header(b"x-tenant-class")
@@ -325,7 +339,7 @@ class GatewayApp:
                                "token_budget")
         ex = _Exchange(t)
         res.on_close = lambda: self._client_left(ex)
-        decision = await self.queue_for(p.model).acquire(t)
+        decision = await self.queue_for(p.model).acquire(t, degrade=lambda action: self._degrade(p, action))
         if not decision.admitted:
             if t.finish_reason == "client_cancel":
                 return
@@ -345,6 +359,12 @@ class GatewayApp:
             self.exchanges.pop(id(t), None)
             if timer is not None:
                 timer.cancel()
+
+    def _degrade(self, p: _Parsed, action: str) -> bool:
+        """The queue's degradation stage ``action`` for request ``p``: ``cap_max_tokens`` lowers its
+        ``max_tokens`` to ``--degrade-max-tokens`` (its reservation is settled against usage as any other)."""
+        cap = self.config.degrade_max_tokens
+        return action == "cap_max_tokens" and cap is not None and p.cap_max_tokens(cap)
 
     def _client_left(self, ex: _Exchange) -> None:
         """The client hung up: cancel the backend request. A client that leaves once the reply's finish was
@@ -622,6 +642,8 @@ def _budget_key(req: Request, tenant_class: str) -> str:
     return f"tenant:{tenant_class}"
 
 
+DEGRADE_AT = 0.5
+"""With ``degrade_max_tokens``, requests are capped from this fraction of their class's shed level on."""
 SHED_LOWEST = 0.5
 """The queue's fill at which the lowest tenant class is shed; the levels rise evenly to 1.0 for the highest."""
 

@@ -37,6 +37,8 @@ log = logging.getLogger("llmslo.gateway")
 
 _JSON = (b"content-type", b"application/json")
 ADMIN_BODY_BYTES = 64 * 1024
+HANDLERS_FINISH_S = 5.0
+"""At the close, the longest wait for the requests still in flight to write their last events (seconds)."""
 
 
 @dataclass
@@ -95,9 +97,12 @@ class Gateway:
         for task in self._drains:
             task.cancel()
         self.app.stopping = True
-        self.tel.finish_all("server_draining")
         for ex in list(self.app.exchanges.values()):
             ex.cut("drain:budget_exhausted")
+        self.tel.finish_all("server_draining")
+        deadline = asyncio.get_running_loop().time() + HANDLERS_FINISH_S
+        while self.app.exchanges and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)  # the handlers write their streams' last events
         await asyncio.sleep(0)
         for conn in list(self._conns):
             if conn.transport is not None:

@@ -390,3 +390,25 @@ def test_a_client_that_never_reads_stops_the_backend_and_holds_bounded_memory() 
         assert buffered <= 64 * 1024 + 64 * 1024 + 16  # the transport's high-water mark, plus one read
 
     run(go())
+
+
+def test_under_load_max_tokens_is_capped_before_anyone_is_refused() -> None:
+    async def go() -> None:
+        a = ScriptedBackend()
+        config = {"concurrency": 1, "queue_capacity": 8, "degrade_max_tokens": 3}
+        async with running([a], **config) as (gw, rows), client(gw.port) as c:
+            body = {"model": "m", "prompt": "script:tokens=3,ttft=0.15", "max_tokens": 50}
+            replies = []
+            for _ in range(6):  # one at a time into the queue, so each sees the depth before it
+                replies.append(asyncio.ensure_future(c.post("/v1/completions", json=body)))
+                await asyncio.sleep(0.02)
+            replies = await asyncio.gather(*replies)
+            metrics = (await c.get("/metrics")).text
+        assert all(r.status_code == 200 for r in replies)
+        asked = [s.body["max_tokens"] for s in a.seen]
+        assert asked[0] == 50 and 3 in asked  # the first found the queue empty; later ones were capped
+        capped = asked.count(3)
+        assert f'llmslo_degraded_requests_total{{action="cap_max_tokens",model="m"}} {float(capped)}' in metrics
+        assert len(rows) == 6
+
+    run(go())
