@@ -245,8 +245,9 @@ def drain_command(
     backend_id: Annotated[str, typer.Argument(help="The backend's id (llmslo gateway status lists them).",
                                               metavar="ID")],
     admin: AdminOption = DEFAULT_ADMIN,
-    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for the drain's end and print its record.")]
-        = True,
+    no_wait: Annotated[bool, typer.Option(
+        "--no-wait", help="Return once the drain has begun (default: wait for its end and print its record).")]
+        = False,
     budget: Annotated[str | None, typer.Option("--budget", help="This drain's wait budget (default: the "
                                                                 "gateway's --drain-budget).", show_default=False)]
         = None,
@@ -263,6 +264,7 @@ def drain_command(
         if on_budget not in ("terminate", "return_to_pool"):
             raise _fail(f"--on-budget: terminate or return_to_pool, got {on_budget!r}", EXIT_USAGE)
         options["on_budget"] = on_budget
+    wait = not no_wait
     path = f"/admin/backends/{backend_id}/drain" + ("?wait=1" if wait else "")
     data = _call(admin, "POST", path, json.dumps(options).encode(), timeout=3600.0)
     if as_json:
