@@ -235,6 +235,11 @@ def proof(tmp_path_factory: pytest.TempPathFactory) -> Proof:
 
 
 def test_the_run_saw_a_burst_a_kill_and_a_drain(proof: Proof) -> None:
+    by_version = Counter((r["version"], r["finish_reason"]) for r in proof.gateway)
+    print(f"gateway summaries {len(proof.gateway)}, client attempts {len(proof.attempts)} "
+          f"({sum(a['breaker_refused'] for a in proof.attempts)} held back by the client's breaker); "
+          f"by version and finish: {dict(sorted(by_version.items()))}; Prometheus: {proof.prometheus}; "
+          f"budget: {sorted(r[0] for r in proof.budget_replies)}, engine tokens {proof.budget_engine_tokens}")
     assert proof.gateway_exit == 0, proof.gateway_err
     assert "draining b" in proof.drain_answer, proof.drain_answer
     assert len(proof.gateway) >= 60, proof.load_out[-2000:]
