@@ -186,6 +186,10 @@ class FrontConnection(asyncio.Protocol):
                 self._fail(exc)
                 return
             del self._buf[:end + 4]
+            expect = self._pending.header(b"expect")
+            if expect is not None and expect.lower() == b"100-continue" and self._need > len(self._buf):
+                assert self.transport is not None
+                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # curl waits for it before the body
         if len(self._buf) < self._need:
             return
         request, self._pending = self._pending, None

@@ -131,7 +131,7 @@ class _Parsed:
 class _Exchange:
     """One request forwarded to one backend: what ends it from outside (the client, the drain, timers)."""
 
-    __slots__ = ("conn", "ended_by", "finish_sent", "first_ns", "gaps", "last_io", "obs", "sent_ns", "t")
+    __slots__ = ("conn", "ended_by", "finish_sent", "first_ns", "gaps", "last_io", "obs", "sent_ns", "t", "watchdog")
 
     def __init__(self, t: RequestTracker) -> None:
         self.t = t
@@ -145,6 +145,8 @@ class _Exchange:
         """When its first content chunk arrived (0: none yet)."""
         self.gaps: list[float] = []
         """The gaps between its content chunks' arrivals, seconds (at most :data:`MAX_GAPS`)."""
+        self.watchdog: asyncio.TimerHandle | None = None
+        """The stall check's next run (cancelled when the stream ends)."""
         self.ended_by: str | None = None
         """Why the gateway ended it: client_cancel, drain:<reason>, deadline, stall."""
         self.last_io = time.monotonic()
@@ -355,6 +357,8 @@ class GatewayApp:
         self.exchanges[id(t)] = ex
         try:
             await self._route(req, res, rid, t, p, ex)
+            if not res.started and not res.closed:
+                self._answer_ended(res, rid, t)
         finally:
             self.exchanges.pop(id(t), None)
             if timer is not None:
@@ -365,6 +369,18 @@ class GatewayApp:
         ``max_tokens`` to ``--degrade-max-tokens`` (its reservation is settled against usage as any other)."""
         cap = self.config.degrade_max_tokens
         return action == "cap_max_tokens" and cap is not None and p.cap_max_tokens(cap)
+
+    def _answer_ended(self, res: Responder, rid: str, t: RequestTracker) -> None:
+        """A request that ended before a backend answered it (a drain, its timeout): say why."""
+        headers = [_JSON, (b"x-request-id", rid.encode())]
+        if t.finish_reason == "deadline":
+            res.send(504, headers, error_body("the gateway's request timeout ran out before a backend answered",
+                                              "deadline", 504))
+        elif t.finish_reason == "server_draining":
+            self._refuse(res, rid, Decision.refuse("draining", DRAINING_RETRY_AFTER_S, "ended by a drain"))
+        else:
+            res.send(502, headers, error_body(f"ended before a backend answered ({t.finish_reason})",
+                                              "backend_error", 502))
 
     def _client_left(self, ex: _Exchange) -> None:
         """The client hung up: cancel the backend request. A client that leaves once the reply's finish was
@@ -468,6 +484,7 @@ class GatewayApp:
         res.start(resp.status, headers)
         outcome = await self._pass(b, conn, resp, res, t, p, ex, obs)
         if outcome == "complete" and resp.keep_alive and ex.ended_by is None:
+            ex.conn = None  # kept alive for the next request: nothing may close it on this one's behalf
             b.upstream.release(conn)
         else:
             conn.abort()
@@ -479,11 +496,12 @@ class GatewayApp:
         reader = conn.reader
         decoder = ChunkedDecoder() if resp.chunked else None
         left = resp.length
+        until_eof = decoder is None and left is None
         strip = _UsageStripper() if p.injected_usage and obs.kind == SSE else None
         send_count = t.send
         stall = self.config.stall_s
         loop = asyncio.get_running_loop()
-        watchdog = loop.call_later(stall, self._check_stall, ex, stall)
+        ex.watchdog = loop.call_later(stall, self._check_stall, ex, stall)
         first = True
         last_ns = 0
         complete = False
@@ -494,6 +512,7 @@ class GatewayApp:
                 except OSError:
                     data = b""
                 if not data:
+                    complete = until_eof and ex.ended_by is None  # a body framed by the connection's close
                     break
                 ex.last_io = time.monotonic()
                 if decoder is not None:
@@ -527,7 +546,9 @@ class GatewayApp:
                     complete = True
                     break
         finally:
-            watchdog.cancel()
+            if ex.watchdog is not None:
+                ex.watchdog.cancel()
+                ex.watchdog = None
         if strip is not None and complete:
             await res.write_chunk(strip.flush())
         return self._end(b, res, t, ex, obs, complete, decoder is not None)
@@ -578,9 +599,10 @@ class GatewayApp:
     def _check_stall(self, ex: _Exchange, stall: float) -> None:
         idle = time.monotonic() - ex.last_io
         if idle >= stall:
+            ex.watchdog = None
             ex.cut("stall")
         else:
-            asyncio.get_running_loop().call_later(stall - idle, self._check_stall, ex, stall)
+            ex.watchdog = asyncio.get_running_loop().call_later(stall - idle, self._check_stall, ex, stall)
 
     def _check_ttft(self, b: Backend, t: RequestTracker) -> None:
         bound = self.config.ttft_bound_s

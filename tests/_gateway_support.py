@@ -4,7 +4,8 @@ The backend is a small asyncio HTTP/1.1 server. Each reply follows a script writ
 last message, or its ``x-script`` header): ``script:tokens=5,gap=0.01,die=3`` — ``tokens`` content chunks
 ``gap`` seconds apart (default 5, 0), then a finish event (``length``), the usage event when the request asked
 for it, and ``[DONE]``.
-``status=503``: answer that status with an error body; ``die=N``: close the connection after N chunks;
+``plain=1``: no chunked framing (the body ends when the connection closes); ``status=503``: answer that status
+with an error body; ``die=N``: close the connection after N chunks;
 ``stall=N``: after N chunks send nothing more (until the gateway gives up); ``ttft=S``: wait S seconds before the
 first chunk. It stands in for an engine where a test needs a failure a real engine cannot be made to show on
 demand; the real engines run in ``test_gateway_engines.py``.
@@ -118,7 +119,18 @@ class ScriptedBackend:
                                "total_tokens": prompt_tokens + tokens}}
             _write_whole(writer, 200, json.dumps(reply).encode())
             return True
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        plain = "plain" in script  # no chunked framing: the body ends when the connection closes
+        if plain:
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+
+        def emit(data: bytes) -> None:
+            if plain:
+                writer.write(data)
+            else:
+                _chunk(writer, data)
+
         gone = asyncio.get_running_loop().create_task(reader.read(1))  # EOF: the gateway closed the connection
         try:
             await asyncio.sleep(float(script.get("ttft", 0)))
@@ -135,7 +147,7 @@ class ScriptedBackend:
                     return False
                 event = {"id": "r", "object": "text_completion", "model": self.model,
                          "choices": [{"index": 0, "text": f"t{i} ", "finish_reason": None}]}
-                _chunk(writer, b"data: " + json.dumps(event).encode() + b"\n\n")
+                emit(b"data: " + json.dumps(event).encode() + b"\n\n")
                 seen.chunks_sent += 1
                 try:
                     await writer.drain()
@@ -146,18 +158,23 @@ class ScriptedBackend:
                     await asyncio.wait((gone,), timeout=gap)
             last = {"id": "r", "object": "text_completion", "model": self.model,
                     "choices": [{"index": 0, "text": "", "finish_reason": "length"}]}
-            _chunk(writer, b"data: " + json.dumps(last).encode() + b"\n\n")
+            emit(b"data: " + json.dumps(last).encode() + b"\n\n")
             options = body.get("stream_options")
             if isinstance(options, dict) and options.get("include_usage"):
                 usage = {"id": "r", "object": "text_completion", "model": self.model, "choices": [],
                          "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": tokens,
                                    "total_tokens": prompt_tokens + tokens}}
-                _chunk(writer, b"data: " + json.dumps(usage).encode() + b"\n\n")
-            _chunk(writer, b"data: [DONE]\n\n")
-            writer.write(b"0\r\n\r\n")
+                emit(b"data: " + json.dumps(usage).encode() + b"\n\n")
+            emit(b"data: [DONE]\n\n")
+            if not plain:
+                writer.write(b"0\r\n\r\n")
             with contextlib.suppress(ConnectionError):
                 await writer.drain()
-            return True
+            if plain:  # the close ends the body: a clean one (FIN), not a reset
+                writer.close()
+                with contextlib.suppress(ConnectionError):
+                    await writer.wait_closed()
+            return not plain
         finally:
             gone.cancel()
             with contextlib.suppress(asyncio.CancelledError):

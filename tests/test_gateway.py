@@ -412,3 +412,47 @@ def test_under_load_max_tokens_is_capped_before_anyone_is_refused() -> None:
         assert len(rows) == 6
 
     run(go())
+
+
+def test_a_stream_framed_by_the_connections_close_is_complete_at_its_end() -> None:
+    async def go() -> None:
+        a = ScriptedBackend()
+        async with running([a]) as (gw, rows), client(gw.port) as c:
+            status, _, raw = await stream(c, "script:tokens=4,plain=1", stream_options={"include_usage": True})
+            await asyncio.sleep(0.05)
+        assert status == 200 and events(raw)[-1] == "[DONE]"
+        assert rows[0]["finish_reason"] == "length" and rows[0]["generated_tokens"] == 4
+
+    run(go())
+
+
+def test_a_stall_check_never_outlives_its_request_to_cut_the_next_one_on_the_same_connection() -> None:
+    async def go() -> None:
+        a = ScriptedBackend()
+        async with running([a], stall_s=0.3) as (gw, rows), client(gw.port) as c:
+            first = await stream(c, "script:tokens=6,gap=0.1")  # longer than the stall check: it re-arms
+            second = await stream(c, "script:tokens=10,gap=0.1")  # the kept-alive connection again
+            await asyncio.sleep(0.05)
+        assert first[0] == second[0] == 200
+        assert [r["finish_reason"] for r in rows] == ["length", "length"]
+
+    run(go())
+
+
+def test_a_client_that_expects_100_continue_gets_it_before_sending_its_body() -> None:
+    async def go() -> None:
+        a = ScriptedBackend()
+        async with running([a]) as (gw, rows):
+            reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+            body = json.dumps({"model": "m", "prompt": "hi", "max_tokens": 1}).encode()
+            writer.write(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\n"
+                         b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+                         % len(body))
+            interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2.0)
+            writer.write(body)
+            answer = await reader.read()
+            writer.close()
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+        assert answer.startswith(b"HTTP/1.1 200") and len(rows) == 1
+
+    run(go())
