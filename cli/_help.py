@@ -11,7 +11,7 @@ from __future__ import annotations
 
 __all__ = ["ANOMALY_METRICS", "GPU_IMPORT_KINDS", "GROUP_COLUMNS", "INFERENCE_ENGINES", "TRACE_KINDS"]
 
-GROUP_COLUMNS: tuple[str, ...] = ("model", "version", "tenant_class", "finish_reason")
+GROUP_COLUMNS: tuple[str, ...] = ("model", "version", "tenant_class", "finish_reason", "backend")
 """``llmslo.analysis.report.GROUP_COLUMNS``: the columns ``--by`` accepts."""
 
 ANOMALY_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e", "queue")

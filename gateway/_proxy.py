@@ -424,7 +424,7 @@ class GatewayApp:
                        p: _Parsed, ex: _Exchange, may_retry: bool) -> str | None:
         """Forward to ``b``. None: the request ended (whatever way); text: nothing reached the client and the
         backend failed (why), so another may be tried (a 5xx is passed on when ``may_retry`` is False)."""
-        t.set_version(b.spec.version)
+        t.route(b.id, b.spec.version)
         b.outstanding += 1
         b.served += 1
         b.requests[id(t)] = t

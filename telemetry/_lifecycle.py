@@ -402,7 +402,7 @@ class RequestTracker:
 
     __slots__ = (
         "_clock", "_labels", "_lock", "_log", "_model_key", "_resources", "_span", "_tel", "admitted_ns", "arrival_ns",
-        "arrival_unix_s", "client_ttft_s", "commit", "error_type", "finish_ns", "finish_reason", "ignored",
+        "arrival_unix_s", "backend", "client_ttft_s", "commit", "error_type", "finish_ns", "finish_reason", "ignored",
         "model", "prompt_tokens", "reject_reason", "released", "request_id", "scheduled_ns", "send",
         "slo_class", "stream_max_queued", "stream_paused_ns", "summary", "tenant_class", "version",
     )
@@ -441,6 +441,8 @@ class RequestTracker:
         self.client_ttft_s: float | None = None
         self.stream_paused_ns = 0
         self.stream_max_queued = 0
+        self.backend: str | None = None
+        """The backend a gateway routed the request to (:meth:`route`); None without one."""
         self.ignored: dict[str, int] = {}
         self.released = 0
         self.summary: SummaryRow | None = None
@@ -523,11 +525,12 @@ class RequestTracker:
             self._tel.guard.error("tracing.trace_id", exc)
             return None
 
-    def set_version(self, version: str) -> None:
-        """The request was routed to an instance of ``version`` after it arrived (a gateway chose a backend): its
-        summary and its finished-request metrics carry that version. Ignored after the terminal state."""
+    def route(self, backend: str, version: str) -> None:
+        """A gateway routed the request to ``backend``, an instance of ``version``, after it arrived: its summary
+        carries both, its finished-request metrics the version. Ignored after the terminal state."""
         if self.finish_reason is not None or not isinstance(version, str) or not version:
             return
+        self.backend = backend if isinstance(backend, str) and backend else None
         self.version = version
         self._labels = self._tel.metrics.request_labels(self.model, version, self.tenant_class)
 
@@ -687,6 +690,8 @@ class RequestTracker:
             "stream_paused_s": self.stream_paused_ns / 1e9,
             "stream_max_queued": self.stream_max_queued,
         }
+        if self.backend is not None:
+            row["backend"] = self.backend
         itl = log.itl(n, m.itl_bounds_ns)
         if tel.record_itl:
             row["itl_s"] = log.gaps_s(n) if n >= 2 else None

@@ -13,8 +13,9 @@ from its start; at its end ``gen_ai.response.model``, ``gen_ai.response.id``,
 ``error.type`` and an error status when the request ended in an error, see below) and ours under
 ``llmslo.*`` (request id, finish, reject and error reasons, the intervals in seconds, the four token counts,
 tenant and SLO class, version, the stream's backpressure: ``llmslo.stream_paused_s`` and
-``llmslo.stream_max_queued``, and with ``itl_gaps=True`` the ITL gaps as a list of doubles, ``llmslo.itl_s``,
-when the telemetry records them): every column of the request's summary but the client's ``client_e2e_s``.
+``llmslo.stream_max_queued``, the backend a gateway chose, ``llmslo.backend``, and with ``itl_gaps=True`` the ITL
+gaps as a list of doubles, ``llmslo.itl_s``, when the telemetry records them): every column of the request's
+summary but the client's ``client_e2e_s``.
 Its phases become child spans ``llmslo.queue`` (arrival to scheduled), ``llmslo.prefill`` (scheduled to first
 token) and ``llmslo.decode`` (first to last token), created at the terminal state from the recorded
 timestamps: nothing is traced per token. Prompt and output text are never recorded unless ``redact_content``
@@ -308,6 +309,8 @@ class RequestTracing:
                 attrs["llmslo.itl_s"] = [float(g) for g in gaps]
             if row.get("reject_reason"):
                 attrs["llmslo.reject_reason"] = str(row["reject_reason"])
+            if row.get("backend"):
+                attrs["llmslo.backend"] = str(row["backend"])
             if error_type is not None:
                 attrs["error.type"] = error_type
                 if reason == "error":

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 
-SCHEMA_VERSION = 1
-"""Version of the request-summary schema; a store records it and refuses another."""
+SCHEMA_VERSION = 2
+"""Version of the request-summary schema; a store records it, upgrades an older one it knows how to (version 1
+lacks ``backend``: the column is added, null) and refuses any other."""
 
 ColumnKind = Literal["str", "float", "int", "float_list"]
 
@@ -98,6 +99,7 @@ COLUMNS: tuple[Column, ...] = (
     _opt("stream_paused_s", "float", "seconds the producer waited for send credit", default=0.0),
     _opt("stream_max_queued", "int", "deepest per-request send queue, chunks", default=0),
     _opt("itl_s", "float_list", "token-weighted inter-token gaps, s (optional)"),
+    _opt("backend", "str", "the backend (engine instance) a gateway routed the request to; null without one"),
 )
 """Every column of the request summary, in storage order."""
 

@@ -26,7 +26,7 @@ from llmslo.analysis import (
 from llmslo.analysis.store import _store as store_module
 from llmslo.analysis.store._schema import META_TABLE, SUMMARY_TABLE
 from llmslo.analysis.store._store import ID_HASH_TABLE, ID_RANGE_TABLE
-from llmslo.telemetry import COLUMN_NAMES, COLUMNS
+from llmslo.telemetry import COLUMN_NAMES, COLUMNS, SCHEMA_VERSION
 from llmslo.tests._rows import BREAKERS, cancelled_row, ok_row, rejected_row
 
 
@@ -203,6 +203,27 @@ def test_a_store_of_another_schema_version_is_refused_with_the_fix(tmp_path: Pat
     con.close()
     with pytest.raises(StoreVersionError, match=r"schema version 0.*re-ingest"):
         Store.open(path)
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_version_1_store_gets_the_backend_column_when_opened_and_keeps_its_rows(tmp_path: Path,
+                                                                                   read_only: bool) -> None:
+    path = tmp_path / "v1.duckdb"
+    with Store.open(path) as store:
+        store.ingest_files([_jsonl(tmp_path / "v1.jsonl", [ok_row(1), ok_row(2)])])
+    con = duckdb.connect(str(path))  # what a version-1 store looked like: no backend column
+    con.execute(f"ALTER TABLE {SUMMARY_TABLE} DROP COLUMN backend")
+    con.execute(f"UPDATE {META_TABLE} SET value = '1' WHERE key = 'schema_version'")
+    con.close()
+    with Store.open(path, read_only=read_only) as store:
+        rows = store.con.sql(f"SELECT request_id, backend FROM {SUMMARY_TABLE} ORDER BY request_id").fetchall()
+        version = store.con.sql(f"SELECT value FROM {META_TABLE} WHERE key = 'schema_version'").fetchall()
+    assert [r[1] for r in rows] == [None, None] and len(rows) == 2
+    assert version == [(str(SCHEMA_VERSION),)]
+    with Store.open(path) as store:
+        store.ingest_files([_jsonl(tmp_path / "v2.jsonl", [{**ok_row(3), "backend": "llama-a"}])])
+        assert store.con.sql(f"SELECT backend FROM {SUMMARY_TABLE} WHERE backend IS NOT NULL").fetchall() == [
+            ("llama-a",)]
 
 
 def test_reading_a_missing_store_says_how_to_create_one(tmp_path: Path) -> None:

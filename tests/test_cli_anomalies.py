@@ -40,8 +40,8 @@ def _collapse_store(path: Path) -> Path:
         "generated_tokens": np.where(ok, 11, 0), "sent_tokens": np.where(ok, 11, 0),
         "client_ttft_s": [None] * n, "client_e2e_s": [None] * n,
         "stream_paused_s": np.zeros(n), "stream_max_queued": np.zeros(n, dtype=np.int64),
-        "itl_s": [None] * n,
-    }, schema_overrides={"itl_s": pl.List(pl.Float64)}, strict=False)
+        "itl_s": [None] * n, "backend": [None] * n,
+    }, schema_overrides={"itl_s": pl.List(pl.Float64), "backend": pl.Utf8}, strict=False)
     frame = frame.with_columns(pl.col(c).fill_nan(None) for c in ("queue_s", "ttft_s", "last_token_s"))
     with Store.open(path) as store:
         store.ingest_frame(frame.select(polars_schema().names()).cast(dict(polars_schema())))
@@ -81,8 +81,8 @@ def _same_arrival_store(path: Path) -> Path:
         "prompt_tokens": np.full(n, 100), "proposed_tokens": np.zeros(n, dtype=np.int64),
         "generated_tokens": np.full(n, 11), "sent_tokens": np.full(n, 11), "client_ttft_s": [None] * n,
         "client_e2e_s": [None] * n, "stream_paused_s": np.zeros(n), "stream_max_queued": np.zeros(n, dtype=np.int64),
-        "itl_s": [None] * n,
-    }, schema_overrides={"itl_s": pl.List(pl.Float64)}, strict=False)
+        "itl_s": [None] * n, "backend": [None] * n,
+    }, schema_overrides={"itl_s": pl.List(pl.Float64), "backend": pl.Utf8}, strict=False)
     with Store.open(path) as store:
         store.ingest_frame(frame.select(polars_schema().names()).cast(dict(polars_schema())))
     return path

@@ -22,7 +22,7 @@ from llmslo.analysis.store import (
     clickhouse_summary_ddl,
     parse_clickhouse_url,
 )
-from llmslo.telemetry import COLUMN_NAMES, COLUMNS, ConfigurationError, SummarySink, Telemetry
+from llmslo.telemetry import COLUMN_NAMES, COLUMNS, SCHEMA_VERSION, ConfigurationError, SummarySink, Telemetry
 from llmslo.tests._databases_support import chdb_folder, chdb_url, fresh_clickhouse
 from llmslo.tests._rows import BREAKERS, cancelled_row, ok_row, rejected_row
 
@@ -135,6 +135,19 @@ def test_duplicates_within_one_call_across_inputs_are_counted_as_the_duckdb_stor
         got = [(r.rows_inserted, r.rows_already_stored) for r in ch.ingest_files([a, b])]
         want = [(r.rows_inserted, r.rows_already_stored) for r in duck.ingest_files([a, b])]
     assert got == want == [(4, 0), (1, 1)]
+
+
+def test_a_version_1_store_gets_the_backend_column_when_opened(tmp_path: Path) -> None:
+    with fresh_clickhouse() as ch:
+        ch.ingest_files([_jsonl(tmp_path / "a.jsonl", GOOD)])
+        url = f"chdb://{chdb_folder()}?database={ch.url.database}"
+        ch.client.command(f"ALTER TABLE {SUMMARY_TABLE} DROP COLUMN backend")  # a version-1 store
+        ch.client.command(f"TRUNCATE TABLE {META_TABLE}")
+        ch.client.command(f"INSERT INTO {META_TABLE} VALUES ('schema_version', '1')")
+        upgraded = ClickHouseStore.open(url)
+        got = upgraded.client.query_arrow(f"SELECT count(), countIf(backend IS NULL) FROM {SUMMARY_TABLE}")
+        assert [c.to_pylist()[0] for c in got.columns] == [len(GOOD), len(GOOD)]
+        assert upgraded.meta("schema_version") == str(SCHEMA_VERSION)
 
 
 def test_a_store_of_another_schema_version_or_a_foreign_table_is_refused() -> None:

@@ -52,7 +52,7 @@ def test_a_stream_passes_byte_for_byte_and_its_summary_takes_usage() -> None:
         forwarded = b.seen[0]
         assert forwarded.headers["x-request-id"] == headers["x-request-id"]
         (row,) = rows
-        assert row["finish_reason"] == "length" and row["version"] == "v1"
+        assert row["finish_reason"] == "length" and row["version"] == "v1" and row["backend"] == "a"
         assert row["generated_tokens"] == row["sent_tokens"] == 6 and row["prompt_tokens"] == 7
         assert row["request_id"] == headers["x-request-id"] and validate_summary(row) == []
 

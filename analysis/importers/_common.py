@@ -425,6 +425,7 @@ class RowBuilder:
             "stream_paused_s": 0.0,
             "stream_max_queued": 0,
             "itl_s": m.itl_s if tokens > 1 and m.itl_s is not None and len(m.itl_s) == tokens - 1 else None,
+            "backend": None,
         }
         for name in COLUMN_NAMES:
             self.cols[name].append(row[name])

@@ -63,7 +63,7 @@ from llmslo.analysis.report._survival import quantile_label
 from llmslo.analysis.store import IMPORTS_TABLE, META_TABLE
 from llmslo.telemetry import FINISH_REASONS, SCHEMA_VERSION, ConfigurationError, format_duration
 
-GROUP_COLUMNS: tuple[str, ...] = ("model", "version", "tenant_class", "finish_reason")
+GROUP_COLUMNS: tuple[str, ...] = ("model", "version", "tenant_class", "finish_reason", "backend")
 """Columns a report may be grouped by (plus time windows)."""
 SURVIVOR_TOLERANCE = 0.10
 """A success-only TTFT quantile is optimistic when the censoring-aware one exceeds it by more than this

@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from llmslo.analysis.store._clickhouse_client import ClickHouseClient, ClickHouseUrl, connect_clickhouse
-from llmslo.analysis.store._schema import META_TABLE, SUMMARY_TABLE
+from llmslo.analysis.store._schema import META_TABLE, SUMMARY_TABLE, columns_added_since
 from llmslo.analysis.store._store import (
     CONFLICT_IDS_KEPT,
     IngestReport,
@@ -154,6 +154,14 @@ class ClickHouseStore:
         if META_TABLE in tables:
             found_text = self.meta("schema_version")
             found = int(found_text) if found_text is not None else None
+            added = columns_added_since(found) if found != SCHEMA_VERSION else ()
+            if added:
+                for c in added:  # an older schema: the columns it lacks, null in the rows stored before
+                    self.client.command(f"ALTER TABLE {SUMMARY_TABLE} ADD COLUMN IF NOT EXISTS {c.name} "
+                                        f"{clickhouse_type(c)}")
+                self.client.insert_arrow(META_TABLE, pa.table({"key": ["schema_version"],
+                                                               "value": [str(SCHEMA_VERSION)]}))
+                return
             if found != SCHEMA_VERSION:
                 raise StoreVersionError(
                     f"store {shown} has request-summary schema version {found}, this llmslo reads version "

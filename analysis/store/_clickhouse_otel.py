@@ -36,6 +36,7 @@ carry none and give no row. How each summary column is filled (see :data:`CARRIE
   records ITL gaps and ``RequestTracing(itl_gaps=True)`` asks for them (pdata writes a list as Go's JSON, read
   back with ``JSONExtract``); without it, no gaps
   (stored as the empty list, as the store stores every summary without gaps);
+* ``backend``: the attribute ``llmslo.backend`` (a gateway's spans), else null;
 * spans of an older llmslo, without those attributes: ``stream_paused_s`` and ``stream_max_queued`` are the
   contract's default ``0``, and ``last_token_s`` is rebuilt. With ``phase_spans=False`` the span's
   ``llmslo.decode.end`` event is the last token's own time, to the nanosecond; otherwise definitions.md's
@@ -134,6 +135,7 @@ _DECODE_END = "llmslo.decode.end"
 _LAST_TOKEN = "llmslo.last_token_s"
 _PAUSED = "llmslo.stream_paused_s"
 _QUEUED = "llmslo.stream_max_queued"
+_BACKEND = "llmslo.backend"
 _ITL = "llmslo.itl_s"
 
 CARRIED: Mapping[str, str] = {
@@ -145,6 +147,7 @@ CARRIED: Mapping[str, str] = {
     "stream_paused_s": f"{_PAUSED} (without it: 0, the contract's default)",
     "stream_max_queued": f"{_QUEUED} (without it: 0, the contract's default)",
     "itl_s": f"{_ITL}, a list of doubles, with record_itl and itl_gaps=True (without it: [], no gaps)",
+    "backend": f"{_BACKEND}, on a gateway's spans (without it: NULL)",
 }
 """Each summary column the span carries, and where it is read from."""
 NOT_CARRIED: Mapping[str, str] = {
@@ -212,6 +215,7 @@ def _values() -> dict[str, str]:
     out["stream_paused_s"] = f"if({_has(_PAUSED)}, toFloat64OrNull({_attr(_PAUSED)}), 0.0)"
     out["stream_max_queued"] = f"if({_has(_QUEUED)}, toInt64OrNull({_attr(_QUEUED)}), 0)"
     out["itl_s"] = f"if({_has(_ITL)}, JSONExtract({_attr(_ITL)}, 'Array(Float64)'), CAST([], 'Array(Float64)'))"
+    out["backend"] = f"if({_has(_BACKEND)}, {_attr(_BACKEND)}, NULL)"  # only a gateway's spans carry one
     missing = [c.name for c in COLUMNS if c.name not in out]
     assert not missing, f"summary columns without a source in the span: {missing}"
     return out

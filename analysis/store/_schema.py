@@ -34,6 +34,20 @@ def duckdb_type(column: Column) -> str:
     return _DUCKDB_TYPES[column.kind]
 
 
+COLUMNS_ADDED_SINCE: dict[int, tuple[str, ...]] = {1: ("backend",)}
+"""The columns each older schema version lacks (all optional, null in the rows stored before): a store of such a
+version is upgraded when it is opened by adding them."""
+
+
+def columns_added_since(version: int | None) -> tuple[Column, ...] | None:
+    """The columns a store of schema ``version`` lacks, or None when it cannot be upgraded (unknown version)."""
+    names = COLUMNS_ADDED_SINCE.get(version) if version is not None else None
+    if names is None:
+        return None
+    by_name = {c.name: c for c in COLUMNS}
+    return tuple(by_name[n] for n in names)
+
+
 def summary_ddl(table: str = SUMMARY_TABLE) -> str:
     """``CREATE TABLE`` statement of the summary table (no key index: uniqueness is enforced on ingest)."""
     cols = ",\n  ".join(

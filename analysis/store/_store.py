@@ -39,7 +39,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llmslo.analysis.store._input_types import lossy_decimals
-from llmslo.analysis.store._schema import META_TABLE, SUMMARY_TABLE, summary_ddl, table_names
+from llmslo.analysis.store._schema import (
+    META_TABLE,
+    SUMMARY_TABLE,
+    columns_added_since,
+    duckdb_type,
+    summary_ddl,
+    table_names,
+)
 from llmslo.analysis.store._validation import (
     INVALID_ROW,
     ROW,
@@ -55,7 +62,7 @@ from llmslo.analysis.store._validation import (
     typed_select_fast,
     violation_conditions,
 )
-from llmslo.telemetry import COLUMN_NAMES, SCHEMA_VERSION, LlmsloError
+from llmslo.telemetry import COLUMN_NAMES, SCHEMA_VERSION, Column, LlmsloError
 from llmslo.telemetry._files import create_temporary
 
 if TYPE_CHECKING:
@@ -105,6 +112,10 @@ class StoreError(LlmsloError):
 
 class StoreVersionError(StoreError):
     """The store was written with another request-summary schema version."""
+
+
+class _NeedsUpgrade(Exception):
+    """A store of an older schema version opened without write access: reopen it to upgrade it first."""
 
 
 @dataclass(frozen=True)
@@ -356,6 +367,11 @@ class Store:
         store._created = created
         try:
             store._check_or_init(create=create and not read_only)
+        except _NeedsUpgrade:
+            con.close()
+            with cls.open(p, create=True) as writable:  # an older schema: upgraded once, for writing
+                del writable
+            return cls.open(p, create=create, read_only=read_only)
         except BaseException:
             con.close()
             if created:
@@ -393,11 +409,16 @@ class Store:
             ).fetchall()
             found = int(rows[0][0]) if rows else None
             if found != SCHEMA_VERSION:
-                raise StoreVersionError(
-                    f"store {self.path} has request-summary schema version {found}, this llmslo reads "
-                    f"version {SCHEMA_VERSION}: re-ingest the source files into a new store "
-                    f"(llmslo ingest FILES --db NEW.duckdb), or use the llmslo release that wrote it"
-                )
+                added = columns_added_since(found)
+                if added is None:
+                    raise StoreVersionError(
+                        f"store {self.path} has request-summary schema version {found}, this llmslo reads "
+                        f"version {SCHEMA_VERSION}: re-ingest the source files into a new store "
+                        f"(llmslo ingest FILES --db NEW.duckdb), or use the llmslo release that wrote it"
+                    )
+                if not create:
+                    raise _NeedsUpgrade(found)
+                self._upgrade(added)
             return
         if tables:
             raise StoreError(
@@ -412,6 +433,14 @@ class Store:
             f"INSERT INTO {META_TABLE} VALUES ('schema_version', ?), ('created_unix_s', ?)",
             [str(SCHEMA_VERSION), str(time.time())],
         )
+        self.con.execute("COMMIT")
+
+    def _upgrade(self, added: tuple[Column, ...]) -> None:
+        """Add the columns an older schema version lacks (null in the rows already stored), in one transaction."""
+        self.con.execute("BEGIN TRANSACTION")
+        for c in added:
+            self.con.execute(f"ALTER TABLE {SUMMARY_TABLE} ADD COLUMN IF NOT EXISTS {c.name} {duckdb_type(c)}")
+        self.con.execute(f"UPDATE {META_TABLE} SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
         self.con.execute("COMMIT")
 
     def _one(self, sql: str, params: dict[str, Any] | None = None) -> tuple[Any, ...]:

@@ -548,6 +548,7 @@ def simulate_demo_workload(
             "stream_paused_s": np.round(paused, 6),
             "stream_max_queued": max_queued.astype(np.int64),
             "itl_s": pl.Series(itl_rows, dtype=pl.List(pl.Float64)),
+            "backend": pl.Series([None] * n, dtype=pl.Utf8),
         },
         schema=polars_schema(),
     )
