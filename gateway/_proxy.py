@@ -81,20 +81,29 @@ _JSON = (b"content-type", b"application/json")
 
 
 def _estimate_prompt_tokens(body: dict[str, object]) -> int:
-    """A prompt's tokens before the engine counts them: token ids as given, text at 4 bytes a token (at least 1).
-    The reservation is settled against ``usage`` later, so an estimate is enough."""
+    """A prompt's tokens before the engine counts them: token ids as given, text at 4 characters a token (at least
+    1), a chat message's text plus 4 tokens for its role and framing. The reservation is settled against ``usage``
+    later, so an estimate is enough; nothing is serialised to make it."""
     prompt = body.get("prompt")
     if prompt is None:
         messages = body.get("messages")
-        prompt = json.dumps(messages) if messages is not None else ""
+        if not isinstance(messages, list):
+            return 1
+        chars = 0
+        for m in messages:
+            content = m.get("content") if isinstance(m, dict) else None
+            if isinstance(content, str):
+                chars += len(content)
+            elif isinstance(content, list):
+                chars += sum(len(p["text"]) for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+        return max(1, math.ceil(chars / 4) + 4 * len(messages))
     if isinstance(prompt, list):
         if prompt and all(isinstance(x, int) for x in prompt):
             return len(prompt)
         if prompt and all(isinstance(x, list) for x in prompt):
             return sum(len(x) for x in prompt)
-        prompt = "".join(x for x in prompt if isinstance(x, str))
-    text = prompt if isinstance(prompt, str) else json.dumps(prompt)
-    return max(1, math.ceil(len(text.encode("utf-8", "replace")) / 4))
+        return max(1, math.ceil(sum(len(x) for x in prompt if isinstance(x, str)) / 4))
+    return max(1, math.ceil(len(prompt) / 4)) if isinstance(prompt, str) else 1
 
 
 class BadRequest(Exception):

@@ -66,7 +66,7 @@ class ReplyObserver:
     """
 
     __slots__ = (
-        "_commit", "_parser", "_plen", "_pre", "_report", "_saved", "_slen", "_suf",
+        "_commit", "_parser", "_plen", "_ppre", "_pre", "_report", "_saved", "_slen", "_suf", "_vlen", "_vsuf",
         "body_parts", "body_size", "error", "finish", "kind", "retry_after", "status", "t",
     )
 
@@ -89,6 +89,11 @@ class ReplyObserver:
         self._suf = b""
         self._plen = self._slen = 0
         self._saved: bytes | None = None
+        # the same shape for one event's payload (what the parser returns: no "data: ", no blank line), so that a
+        # body of several events skips the parse of each plain one too
+        self._ppre: bytes | None = None
+        self._vsuf = b""
+        self._vlen = 0
 
     # ---- the status line -------------------------------------------------------------------------------------
 
@@ -135,7 +140,7 @@ class ReplyObserver:
 
     def forget(self) -> None:
         """Stop reading (an observer that failed): drop everything held."""
-        self._pre = self._saved = None
+        self._pre = self._saved = self._ppre = None
         self.body_parts = None
         self._parser = None
 
@@ -161,7 +166,14 @@ class ReplyObserver:
         t = self.t
         committed = 0
         plain: bytes | None = None
+        ppre, vsuf, vlen, plen = self._ppre, self._vsuf, self._vlen, self._plen - 6
         for payload in payloads:
+            if ppre is not None and payload.startswith(ppre) and payload.endswith(vsuf):
+                end = len(payload) - vlen
+                if end > plen and payload.find(b'"', plen) == end:  # a plain content chunk: one token
+                    self._commit()
+                    committed += 1
+                    continue
             ev = read_event(payload)
             if ev.done or ev.malformed:
                 continue
@@ -184,15 +196,16 @@ class ReplyObserver:
             if (ev.content and ev.finish_reason is None and not ev.has_usage and ev.drain_reason is None
                     and len(payloads) == 1):
                 plain = payload
-        # the shape of plain content chunks holds only while no event is left half-read
+        # the shape of plain content chunks holds for a whole body only while no event is left half-read; a plain
+        # chunk read here did not have the shape kept (the first content chunk may carry the role too): learn anew
         if parser.pending or not body.endswith(b"\n"):
             if self._pre is not None:
                 self._saved, self._pre = self._pre, None
-        elif self._pre is None:
-            if self._saved is not None:
-                self._pre, self._saved = self._saved, None
-            elif plain is not None:
-                self._learn(body, plain)
+        elif plain is not None:
+            self._saved = None
+            self._learn(body, plain)
+        elif self._pre is None and self._saved is not None:
+            self._pre, self._saved = self._saved, None
         return committed
 
     def _learn(self, body: bytes, payload: bytes) -> None:
@@ -219,6 +232,10 @@ class ReplyObserver:
             return
         self._pre, self._plen = body[:start], start
         self._suf, self._slen = body[end:], len(body) - end
+        if body == b"data: " + payload + b"\n\n":
+            self._ppre, self._vsuf, self._vlen = self._pre[6:], self._suf[:-2], self._slen - 2
+        else:
+            self._ppre = None
 
     def _reply(self) -> int:
         """The whole non-streamed reply is in: read it, commit its tokens now (before it is handed over)."""

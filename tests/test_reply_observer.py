@@ -1,0 +1,57 @@
+"""ReplyObserver's per-chunk shortcut: a plain content chunk that differs from the one learnt only in its text is
+counted without parsing, one at a time or several in one body, and learnt anew when the first chunk carried the
+role as well."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from llmslo.telemetry import Telemetry
+from llmslo.telemetry import _reply_observer as R
+
+
+def chunk(text: str, role: bool = False, finish: str | None = None) -> bytes:
+    delta: dict[str, Any] = {"content": text}
+    if role:
+        delta = {"role": "assistant", **delta}
+    event = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return b"data: " + json.dumps(event).encode() + b"\n\n"
+
+
+def test_plain_chunks_skip_the_parse_after_a_first_chunk_that_carried_the_role(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed: list[bytes] = []
+    real = R.read_event
+    monkeypatch.setattr(R, "read_event", lambda payload: parsed.append(payload) or real(payload))
+    tel = Telemetry()
+    t = tel.start("r1", model="m")
+    obs = R.ReplyObserver(t)
+    obs.start(200, b"text/event-stream")
+    bodies = [chunk("Hello", role=True), *(chunk(f" w{i}") for i in range(20))]
+    for body in bodies:  # one event per body, as most servers write them
+        if not obs.plain(body):
+            obs.body(body, False)
+    several = b"".join(chunk(f" x{i}") for i in range(5)) + chunk("", finish="stop") + b"data: [DONE]\n\n"
+    obs.body(several, True)  # several events in one body, as a fast engine's reads hold them
+    obs.complete()
+    assert t.generated_tokens == 26 and t.finish_reason == "stop"
+    # parsed: the role chunk, the first plain one (learnt from), then the finish event and [DONE] only
+    assert len(parsed) == 4, [p[:40] for p in parsed]
+
+
+def test_a_chunk_whose_text_holds_a_quote_is_parsed_not_counted_blindly() -> None:
+    tel = Telemetry()
+    t = tel.start("r2", model="m")
+    obs = R.ReplyObserver(t)
+    obs.start(200, b"text/event-stream")
+    for body in (chunk("a"), chunk("b")):
+        if not obs.plain(body):
+            obs.body(body, False)
+    tricky = chunk('say "hi"')
+    assert not obs.plain(tricky)  # the quote breaks the shape: read it
+    obs.body(tricky + chunk("c"), False)
+    assert t.generated_tokens == 4
