@@ -79,6 +79,7 @@ class Backend:
             "models": list(self.spec.models), "in_pool": self.in_pool, "healthy": self.healthy,
             "breaker": self.breaker.state, "routable": self.routable(), "outstanding": self.outstanding,
             "served": self.served, "limit": self.limit.to_dict(),
+            "streaming": sum(1 for t in self.requests.values() if t.generated_tokens),
             "draining": self.drain is not None and self.drain.phase in ("settling", "waiting"),
             "last_drain": None if self.last_drain is None else self.last_drain.to_dict(),
         }

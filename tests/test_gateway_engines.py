@@ -119,15 +119,17 @@ def _engine_tokens(server: LlamaServer) -> int:
     return int(total)
 
 
-def _wait_outstanding(admin: int, backend: str, timeout_s: float) -> int:
-    """Wait (at most ``timeout_s``) until ``backend`` has a request in flight, by the admin API; how many."""
+def _wait_streaming(admin: int, backend: str, timeout_s: float) -> int:
+    """Wait (at most ``timeout_s``) until ``backend`` streams a reply (its first token reached the gateway), by
+    the admin API; how many it streams. A request still waiting for its first token when its engine dies has sent
+    its client nothing: the gateway retries it on another backend, which is right, but shows no error event."""
     deadline = time.monotonic() + timeout_s
     while True:
         with urllib.request.urlopen(f"http://127.0.0.1:{admin}/admin/backends/{backend}", timeout=5) as r:
-            outstanding = int(json.loads(r.read())["outstanding"])
-        if outstanding or time.monotonic() > deadline:
-            return outstanding
-        time.sleep(0.02)
+            streaming = int(json.loads(r.read())["streaming"])
+        if streaming or time.monotonic() > deadline:
+            return streaming
+        time.sleep(0.01)
 
 
 def _rows(folder: Path) -> list[dict[str, Any]]:
@@ -142,7 +144,7 @@ class Proof:
     gateway: list[dict[str, Any]] = field(default_factory=list)
     attempts: list[dict[str, Any]] = field(default_factory=list)
     killed_at: float = 0.0
-    a_outstanding_at_kill: int = 0
+    a_streaming_at_kill: int = 0
     drained_at: float = 0.0
     drain_answer: str = ""
     prometheus: dict[str, float] = field(default_factory=dict)
@@ -221,7 +223,7 @@ def proof(tmp_path_factory: pytest.TempPathFactory) -> Proof:
                     cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                 started = time.time()
                 time.sleep(KILL_AT_S)
-                out.a_outstanding_at_kill = _wait_outstanding(admin, "a", timeout_s=15.0)
+                out.a_streaming_at_kill = _wait_streaming(admin, "a", timeout_s=15.0)
                 a.process.kill()  # SIGKILL: the engine dies with its streams open
                 out.killed_at = time.time()
                 time.sleep(max(0.0, started + DRAIN_AT_S - time.time()))
@@ -287,7 +289,7 @@ def test_every_refusal_carried_a_retry_after_the_client_honoured(proof: Proof) -
 
 
 def test_the_killed_backend_ends_its_streams_with_an_error_event_and_gets_no_request_after(proof: Proof) -> None:
-    assert proof.a_outstanding_at_kill >= 1, "no stream was in flight on the engine when it was killed"
+    assert proof.a_streaming_at_kill >= 1, "no stream was in flight on the engine when it was killed"
     on_a = [r for r in proof.gateway if r.get("backend") == "a"]
     assert on_a and all(r["arrival_unix_s"] <= proof.killed_at for r in on_a)
     broken = [r for r in on_a if r["finish_reason"] == "error"]
