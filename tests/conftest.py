@@ -50,6 +50,7 @@ SLOW: dict[str, str] = {
     "test_databases_report.py": "every report test again, on DuckDB and on a chDB copy (about 4 minutes)",
     "test_fleet_http.py": "serves an embedded ClickHouse over HTTP",
     "test_fleet_store.py": _CHDB,
+    "test_bench_gpu_run.py::test_the_script_runs_the_engine_the_load_and_the_join_without_a_gpu": _SERVER,
     "test_gateway_redis.py": _REDIS,
     "test_ops_prometheus.py": _PROMETHEUS,
     "test_rollout_runbook.py": _CLI,
