@@ -18,6 +18,7 @@ from llmslo.cli._common import EXIT_INPUT, shown
 from llmslo.cli._common import console as _console
 from llmslo.cli._common import fail as _fail
 from llmslo.cli._rollout_compare import compare_command
+from llmslo.cli._rollout_run import run_command
 from llmslo.telemetry import LlmsloError
 
 if TYPE_CHECKING:
@@ -384,3 +385,4 @@ def show_command(
 
 
 rollout_app.command("compare")(compare_command)
+rollout_app.command("run")(run_command)

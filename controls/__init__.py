@@ -15,7 +15,7 @@ from llmslo.controls._decision import ADMIT, HTTP_STATUS, MONOTONIC, Clock, Deci
 # isort: split
 from llmslo.controls._admission import AdmissionQueue, DegradeHook
 from llmslo.controls._retry_after import RetryAfterEstimator
-from llmslo.controls._shedding import GpuReader, LoadShedder, ShedVerdict
+from llmslo.controls._shedding import GpuReader, LoadShedder, ShedVerdict, queue_shed_levels
 
 # ---- rate limits (controls/_ratelimit.py, _redis.py) --------------------------------------------------
 # isort: split
@@ -90,5 +90,6 @@ __all__ = [
     "classify_exception",
     "classify_status",
     "drain_terminal_event",
+    "queue_shed_levels",
     "redis_client",
 ]

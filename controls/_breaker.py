@@ -201,6 +201,18 @@ class CircuitBreaker:
             self._advance(self._clock())
             return self._state
 
+    def retry_after_s(self) -> float | None:
+        """Seconds until a request may be tried again without taking anything (no probe is used); None when
+        one may be tried now (closed, or half-open)."""
+        with self._lock:
+            now = self._clock()
+            self._advance(now)
+            if now < self._hold_until:
+                return self._hold_until - now
+            if self._state == OPEN:
+                return max(0.0, self._since + self.open_s - now)
+            return None
+
     def events(self) -> list[BreakerEvent]:
         """The audit events kept (oldest first)."""
         with self._lock:

@@ -63,6 +63,16 @@ def resolve_class(classes: tuple[str, ...], tenant_class: object) -> tuple[str, 
     return classes[-1], len(classes) - 1
 
 
+def queue_shed_levels(classes: Sequence[str], lowest: float) -> dict[str, float]:
+    """The ``queue_levels`` of a :class:`LoadShedder` over ``classes`` (highest priority first): the queue fill
+    fraction ``lowest`` for the last class, rising evenly to 1.0 (full) for the first. A class alone is shed
+    at ``lowest``."""
+    n = len(classes)
+    if n == 1:
+        return {classes[0]: lowest}
+    return {c: lowest + (1.0 - lowest) * (n - 1 - i) / (n - 1) for i, c in enumerate(classes)}
+
+
 @dataclass(frozen=True, slots=True)
 class ShedVerdict:
     """What the shedder says about one request: ``shed`` (with the ``signal`` that decided), or the

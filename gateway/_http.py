@@ -48,8 +48,22 @@ class HttpError(Exception):
         self.message = message
 
 
+class _Headed:
+    """A request or a response head: ``headers`` with lower-case names, in order."""
+
+    __slots__ = ()
+    headers: list[tuple[bytes, bytes]]
+
+    def header(self, name: bytes) -> bytes | None:
+        """The first value of header ``name`` (lower case), or None."""
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+
 @dataclass(slots=True)
-class Request:
+class Request(_Headed):
     """One request as read: ``headers`` with lower-case names, in order; ``body`` whole (by Content-Length)."""
 
     method: str
@@ -58,13 +72,6 @@ class Request:
     headers: list[tuple[bytes, bytes]]
     body: bytes
     keep_alive: bool = True
-
-    def header(self, name: bytes) -> bytes | None:
-        """The first value of header ``name`` (lower case), or None."""
-        for key, value in self.headers:
-            if key == name:
-                return value
-        return None
 
 
 Handler = Callable[[Request, "Responder"], Awaitable[None]]
@@ -318,7 +325,7 @@ class UpstreamConnection:
 
 
 @dataclass(slots=True)
-class UpstreamResponse:
+class UpstreamResponse(_Headed):
     """A backend's response head: ``headers`` with lower-case names; how its body is framed."""
 
     status: int
@@ -326,12 +333,6 @@ class UpstreamResponse:
     length: int | None
     chunked: bool
     keep_alive: bool
-
-    def header(self, name: bytes) -> bytes | None:
-        for key, value in self.headers:
-            if key == name:
-                return value
-        return None
 
 
 @dataclass

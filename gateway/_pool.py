@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -26,7 +27,7 @@ from llmslo.controls import CircuitBreaker, DrainConfig, DrainController, DrainR
 from llmslo.gateway._concurrency import AdaptiveLimit
 from llmslo.gateway._config import BackendSpec, GatewayConfig
 from llmslo.gateway._http import UpstreamError, UpstreamPool, send_request
-from llmslo.telemetry import RequestTracker, Telemetry
+from llmslo.telemetry import ConfigurationError, RequestTracker, Telemetry
 
 log = logging.getLogger("llmslo.gateway")
 
@@ -36,6 +37,8 @@ MAX_SMALL_BODY = 256 * 1024
 """The most bytes of a health or model-list answer read, bytes."""
 MAX_LISTED_MODELS = 64
 """The most model ids kept from one backend's list."""
+RETRY_AFTER_FLOOR_S = 1.0
+"""The shortest ``Retry-After`` of a 503 ``circuit_open``, seconds (the header's own unit)."""
 
 FAILURE_KINDS = frozenset({"connect", "5xx", "stream", "stall", "slow_ttft", "timeout"})
 """What counts against a backend's breaker: it could not be reached, answered 5xx, broke a stream, stalled
@@ -64,6 +67,10 @@ class Backend:
     """Requests forwarded to it so far."""
     listed: tuple[str, ...] | None = None
     """The models its ``/v1/models`` lists (None: not read yet)."""
+    removed_unix_s: float | None = None
+    """When it last left the pool (Unix seconds; None: never)."""
+    last_routed_unix_s: float | None = None
+    """When the last request was forwarded to it (Unix seconds; None: none yet)."""
 
     @property
     def id(self) -> str:
@@ -82,6 +89,7 @@ class Backend:
             "streaming": sum(1 for t in self.requests.values() if t.generated_tokens),
             "draining": self.drain is not None and self.drain.phase in ("settling", "waiting"),
             "last_drain": None if self.last_drain is None else self.last_drain.to_dict(),
+            "removed_unix_s": self.removed_unix_s, "last_routed_unix_s": self.last_routed_unix_s,
         }
 
 
@@ -134,11 +142,43 @@ class Pool:
         self._on_change = on_change
         self.backends: dict[str, Backend] = {}
         for spec in config.backends:
-            breaker = CircuitBreaker(spec.id, consecutive_failures=config.breaker_failures, error_rate=None,
-                                     open_s=config.breaker_open_s, failure_kinds=FAILURE_KINDS, telemetry=tel)
-            limit = AdaptiveLimit(initial=2 * spec.slots, min_limit=1, max_limit=max(4, 64 * spec.slots))
-            self.backends[spec.id] = Backend(spec, breaker, UpstreamPool(spec.host, spec.port), limit)
+            self.backends[spec.id] = self._backend(spec)
         self._health_task: asyncio.Task[None] | None = None
+
+    def _backend(self, spec: BackendSpec) -> Backend:
+        cfg = self.config
+        breaker = CircuitBreaker(spec.id, consecutive_failures=cfg.breaker_failures, error_rate=None,
+                                 open_s=cfg.breaker_open_s, failure_kinds=FAILURE_KINDS, telemetry=self.tel)
+        limit = AdaptiveLimit(initial=2 * spec.slots, min_limit=1, max_limit=max(4, 64 * spec.slots))
+        return Backend(spec, breaker, UpstreamPool(spec.host, spec.port), limit)
+
+    def add(self, spec: BackendSpec) -> Backend:
+        """Add a backend (unhealthy until its first health check passes). Raises :class:`ConfigurationError`
+        when the id is taken or the backend does not serve the gateway's models."""
+        if spec.id in self.backends:
+            raise ConfigurationError(f"backend id {spec.id!r} is taken; pick another")
+        served = self.config.served_models()
+        if spec.models and served and not set(spec.models) <= set(served):
+            raise ConfigurationError(f"backend {spec.id!r}: models {', '.join(spec.models)} are not all among "
+                                     f"the gateway's ({', '.join(served)})")
+        backend = self._backend(spec)
+        backend.healthy = False
+        self.backends[spec.id] = backend
+        self._changed(backend, f"added ({spec.url}, version {spec.version}); routable once healthy")
+        return backend
+
+    def remove(self, backend: Backend) -> str | None:
+        """Take ``backend`` out of the gateway for good; None, or why not (it is draining or has requests)."""
+        if backend.drain is not None and backend.drain.phase in ("settling", "waiting"):
+            return "it is draining"
+        if backend.outstanding or backend.requests:
+            return f"{backend.outstanding} request(s) are in flight on it: drain it first"
+        if backend.in_pool:
+            self.set_in_pool(backend, False, "removed")
+        del self.backends[backend.id]
+        backend.upstream.close()
+        self._changed(backend, "removed from the gateway")
+        return None
 
     # ---- choosing --------------------------------------------------------------------------------------------
 
@@ -163,10 +203,13 @@ class Pool:
         """Whether a routable backend for ``model`` is left besides ``exclude``."""
         return any(b.id not in exclude and b.spec.serves(model) and b.routable() for b in self.backends.values())
 
-    def retry_after_s(self) -> float:
-        """Seconds until some backend may take requests again (a breaker's open time), at least 1."""
-        return max(1.0, min((self.config.breaker_open_s for b in self.backends.values() if b.in_pool),
-                            default=1.0))
+    def retry_after_s(self, model: str) -> float:
+        """Seconds until the first open breaker of a backend in the pool for ``model`` half-opens (what each one's
+        refusal says is left of its open time), at least :data:`RETRY_AFTER_FLOOR_S`; that floor when none is
+        open. Read without taking anything: a half-open breaker keeps its probes."""
+        waits = [b.breaker.retry_after_s() for b in self.backends.values()
+                 if b.in_pool and b.spec.serves(model)]
+        return max(RETRY_AFTER_FLOOR_S, min((w for w in waits if w is not None), default=RETRY_AFTER_FLOOR_S))
 
     def concurrency(self) -> int:
         """The requests the routable backends take at once: the sum of their limits (at least 1)."""
@@ -180,6 +223,8 @@ class Pool:
     def set_in_pool(self, backend: Backend, in_pool: bool, why: str) -> None:
         if backend.in_pool != in_pool:
             backend.in_pool = in_pool
+            if not in_pool:
+                backend.removed_unix_s = time.time()
             self._changed(backend, f"{'added to' if in_pool else 'removed from'} the pool: {why}")
 
     def set_healthy(self, backend: Backend, healthy: bool, why: str) -> None:

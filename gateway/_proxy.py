@@ -44,6 +44,7 @@ from llmslo.controls import (
     RateLimit,
     RateLimiter,
     drain_terminal_event,
+    queue_shed_levels,
 )
 from llmslo.gateway._config import GatewayConfig
 from llmslo.gateway._http import (
@@ -59,15 +60,13 @@ from llmslo.gateway._http import (
 )
 from llmslo.gateway._metrics import PoolCollector
 from llmslo.gateway._pool import Backend, Pool
-from llmslo.telemetry import RequestTracker, Telemetry
+from llmslo.telemetry import RequestTracker, Telemetry, valid_request_id
 from llmslo.telemetry._exposition import render_metrics
 from llmslo.telemetry._reply_observer import SSE, ReplyObserver
 
 log = logging.getLogger("llmslo.gateway")
 
 GENERATE_ROUTES = frozenset({"/v1/completions", "/v1/chat/completions"})
-REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-"""Incoming request ids taken as they are (others are replaced by a new UUID4)."""
 MODEL_NAME = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
 """What a model name may be: 1 to 256 characters, no control characters."""
 MAX_ERROR_BYTES = 64 * 1024
@@ -195,7 +194,8 @@ class GatewayApp:
         classes = config.tenant_classes
         concurrency = config.concurrency or self.pool.concurrency()
         stages = [("cap_max_tokens", DEGRADE_AT)] if config.degrade_max_tokens is not None else []
-        self.shedder = LoadShedder(classes=classes, queue_levels=_shed_levels(classes), degrade=stages)
+        lowest = SHED_LOWEST if len(classes) > 1 else 1.0  # one class alone is shed only when the queue is full
+        self.shedder = LoadShedder(classes=classes, queue_levels=queue_shed_levels(classes, lowest), degrade=stages)
         self.queues: dict[str, AdmissionQueue] = {}
         self._concurrency = concurrency
         self.stopping = False
@@ -238,8 +238,8 @@ class GatewayApp:
 
     async def handle(self, req: Request, res: Responder) -> None:
         rid_header = req.header(b"x-request-id")
-        rid = rid_header.decode("latin-1") if rid_header is not None else ""
-        if not REQUEST_ID.fullmatch(rid):
+        rid = rid_header.decode("latin-1") if rid_header is not None else None
+        if not valid_request_id(rid):
             rid = str(uuid.uuid4())
         path = req.path
         if path in GENERATE_ROUTES:
@@ -427,7 +427,7 @@ class GatewayApp:
                      error_body("the gateway's request timeout ran out before a backend answered", "deadline", 504))
             return
         t.reject("circuit_open")
-        self._refuse(res, rid, Decision.refuse("circuit_open", self.pool.retry_after_s(), last_error))
+        self._refuse(res, rid, Decision.refuse("circuit_open", self.pool.retry_after_s(p.model), last_error))
 
     async def _forward(self, b: Backend, req: Request, res: Responder, rid: str, t: RequestTracker,
                        p: _Parsed, ex: _Exchange, may_retry: bool) -> str | None:
@@ -436,6 +436,7 @@ class GatewayApp:
         t.route(b.id, b.spec.version)
         b.outstanding += 1
         b.served += 1
+        b.last_routed_unix_s = time.time()
         b.requests[id(t)] = t
         limited = b.limit.try_acquire()
         ex.sent_ns = ex.first_ns = 0
@@ -472,6 +473,7 @@ class GatewayApp:
                         p: _Parsed, ex: _Exchange, may_retry: bool) -> str | None:
         breaker = b.breaker
         ex.sent_ns = time.monotonic_ns()
+        t.schedule()  # a no-op after the admission queue's grant, which ends queue_s (definitions.md)
         try:
             conn, resp = await self._open(b, req, rid, p, ex)
         except UpstreamError as exc:
@@ -479,7 +481,6 @@ class GatewayApp:
                 return None
             breaker.record_failure("connect")
             return f"backend {b.id}: {exc}"
-        t.schedule()
         if resp.status >= 500 and may_retry:
             body = await _read_small(conn, resp)
             conn.abort()
@@ -676,12 +677,5 @@ def _budget_key(req: Request, tenant_class: str) -> str:
 DEGRADE_AT = 0.5
 """With ``degrade_max_tokens``, requests are capped from this fraction of their class's shed level on."""
 SHED_LOWEST = 0.5
-"""The queue's fill at which the lowest tenant class is shed; the levels rise evenly to 1.0 for the highest."""
-
-
-def _shed_levels(classes: tuple[str, ...]) -> dict[str, float]:
-    """Queue fill levels at which each class is shed (:data:`SHED_LOWEST` for the last, 1.0 for the first)."""
-    n = len(classes)
-    if n == 1:
-        return {classes[0]: 1.0}
-    return {c: SHED_LOWEST + (1.0 - SHED_LOWEST) * (n - 1 - i) / (n - 1) for i, c in enumerate(classes)}
+"""The queue's fill at which the lowest of two or more tenant classes is shed; the levels rise evenly to 1.0
+for the highest (:func:`queue_shed_levels`)."""

@@ -9,6 +9,11 @@ The admin API listens on 127.0.0.1 only, on its own port:
   ended; a JSON body may set ``budget_s``, ``settle_s``, ``idle_s`` and ``on_budget`` for this drain;
   409 when it is draining already;
 - ``POST /admin/backends/ID/ready``: put a drained backend back in the pool;
+- ``POST /admin/backends`` with a JSON body ``{"id", "url", "version", "slots", "models"}`` (``id`` and ``url``
+  required): add a backend, 201 with its state; it is health-checked at once and routable once healthy; 409
+  when the id is taken;
+- ``DELETE /admin/backends/ID``: take a backend out of the gateway for good (after its drain), 200 with its last
+  state; 409 while it drains or has requests in flight;
 - ``POST /admin/drain``: drain the gateway itself (what SIGTERM does).
 
 On SIGTERM (or SIGINT) the gateway drains itself: readiness false first (``/ready`` 503, new requests 503
@@ -27,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from llmslo.controls import DrainRecord
-from llmslo.gateway._config import GatewayConfig
+from llmslo.gateway._config import BackendSpec, GatewayConfig
 from llmslo.gateway._http import FrontConnection, Request, Responder, error_body
 from llmslo.gateway._pool import Backend
 from llmslo.gateway._proxy import GatewayApp
@@ -137,7 +142,10 @@ class Gateway:
             res.send(202, [_JSON], json.dumps({"draining": True}).encode())
             return
         if len(parts) == 2:
-            res.send(200, [_JSON], json.dumps(self.pool.status()).encode())
+            if req.method == "POST":
+                await self._admin_add(req, res)
+            else:
+                res.send(200, [_JSON], json.dumps(self.pool.status()).encode())
             return
         backend = self.pool.backends.get(parts[2])
         if backend is None:
@@ -147,6 +155,13 @@ class Gateway:
         action = parts[3] if len(parts) > 3 else ""
         if action == "" and req.method == "GET":
             res.send(200, [_JSON], json.dumps(backend.status()).encode())
+        elif action == "" and req.method == "DELETE":
+            why = self.pool.remove(backend)
+            if why is None:
+                self.say(f"backend {backend.id} removed from the gateway")
+                res.send(200, [_JSON], json.dumps(backend.status()).encode())
+            else:
+                res.send(409, [_JSON], error_body(f"backend {backend.id} cannot be removed: {why}", "conflict", 409))
         elif action == "drain" and req.method == "POST":
             await self._admin_drain(req, res, backend)
         elif action == "ready" and req.method == "POST":
@@ -154,6 +169,30 @@ class Gateway:
             res.send(200, [_JSON], json.dumps(backend.status()).encode())
         else:
             res.send(404, [_JSON], error_body(f"no route {req.method} {req.path[:200]}", "not_found", 404))
+
+    async def _admin_add(self, req: Request, res: Responder) -> None:
+        try:
+            body = json.loads(req.body) if req.body.strip() else None
+            if not isinstance(body, dict):
+                raise ValueError('expected a JSON object: {"id": ..., "url": ..., "version": ..., "slots": ...}')
+            unknown = set(body) - {"id", "url", "version", "slots", "models"}
+            if unknown:
+                raise ValueError(f"unknown field(s) {', '.join(sorted(unknown))}; known: id, url, version, slots, "
+                                 "models")
+            if "id" not in body or "url" not in body:
+                raise ValueError("id and url are required")
+            spec = BackendSpec(id=body["id"], url=body["url"], version=body.get("version", "unknown"),
+                               slots=body.get("slots", 1), models=tuple(body.get("models") or ()))
+            if spec.id in self.pool.backends:
+                res.send(409, [_JSON], error_body(f"backend id {spec.id!r} is taken", "conflict", 409))
+                return
+            backend = self.pool.add(spec)
+        except (ValueError, TypeError, ConfigurationError) as exc:
+            res.send(400, [_JSON], error_body(f"backend: {exc}", "invalid_request_error", 400))
+            return
+        self.say(f"backend {spec.id} added ({spec.url}, version {spec.version})")
+        await self.pool.check_health(backend)
+        res.send(201, [_JSON], json.dumps(backend.status()).encode())
 
     async def _admin_drain(self, req: Request, res: Responder, backend: Backend) -> None:
         try:

@@ -11,7 +11,9 @@ wait is bounded. Standard library only (PyYAML, to count the rules of a rule fil
 * :func:`running_prometheus` runs Debian's Prometheus scraping given targets with given rule files, and
   yields once it reports every group and rule of them loaded (:class:`RulesNotLoaded`, with both counts, when
   not: a rule file path it matches nothing for loads nothing, silently); :class:`Prometheus` queries it;
-* :func:`free_port` and :func:`stop_process` are the two process primitives every live run uses.
+* :func:`free_port` and :func:`stop_process` are the two process primitives every live run uses;
+  :func:`pid_listening_on` finds the process behind a port, :func:`pid_alive` whether it still runs;
+* :class:`RolloutRunner` runs a rolling update of a pool behind ``llmslo gateway`` (``llmslo rollout run``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from llmslo.ops._llamacpp import (
     locate_engine,
     running_llama_server,
 )
-from llmslo.ops._process import free_port, stop_process
+from llmslo.ops._process import free_port, pid_alive, pid_listening_on, stop_process
 from llmslo.ops._prometheus import (
     Prometheus,
     PrometheusError,
@@ -35,20 +37,40 @@ from llmslo.ops._prometheus import (
     rule_file_counts,
     running_prometheus,
 )
+from llmslo.ops._rollout_run import (
+    DrainParams,
+    RolloutError,
+    RolloutPlan,
+    RolloutResult,
+    RolloutRunner,
+    VersionSpec,
+    load_plan,
+    plan_from_dict,
+)
 
 __all__ = [
+    "DrainParams",
     "EngineNotFound",
     "LLAMA_SERVER_VERSION",
     "LlamaServer",
     "MODEL_FILE",
     "Prometheus",
     "PrometheusError",
+    "RolloutError",
+    "RolloutPlan",
+    "RolloutResult",
+    "RolloutRunner",
     "RulesNotLoaded",
+    "VersionSpec",
     "engine_cache",
     "find_llama_server",
     "find_model",
     "free_port",
+    "load_plan",
     "locate_engine",
+    "pid_alive",
+    "pid_listening_on",
+    "plan_from_dict",
     "rule_file_counts",
     "running_llama_server",
     "running_prometheus",

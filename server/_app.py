@@ -30,8 +30,9 @@ from llmslo.controls import (
     RateLimit,
     RateLimiter,
     drain_terminal_event,
+    queue_shed_levels,
 )
-from llmslo.server._config import REQUEST_ID, ServerConfig
+from llmslo.server._config import ServerConfig
 from llmslo.server._engine import ENGINE_ERROR, Engine, EngineTracker, Sequence, SimulatedEngine, Token
 from llmslo.server._plain import PlainQueue, PlainTracker
 from llmslo.server._wire import (
@@ -47,7 +48,7 @@ from llmslo.server._wire import (
     error_event,
     parse_request,
 )
-from llmslo.telemetry import RequestTracker, SendQueue, StreamPolicy, Telemetry, metrics_app
+from llmslo.telemetry import RequestTracker, SendQueue, StreamPolicy, Telemetry, metrics_app, valid_request_id
 
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -231,8 +232,10 @@ class ServerApp:
             self.limiter = RateLimiter(requests=requests, tokens=tokens, telemetry=tel)
         classes = cfg.tenant_classes
         if cfg.shed_queue_fraction is not None or cfg.shed_ttft_s is not None:
-            self.shedder = LoadShedder(classes=classes, queue_levels=_levels(classes, cfg.shed_queue_fraction),
-                                       latency_levels_s=_latency_levels(classes, cfg.shed_ttft_s))
+            fraction = cfg.shed_queue_fraction
+            self.shedder = LoadShedder(
+                classes=classes, queue_levels=None if fraction is None else queue_shed_levels(classes, fraction),
+                latency_levels_s=_latency_levels(classes, cfg.shed_ttft_s))
         self.queue = AdmissionQueue(cfg.model, capacity=cfg.max_queue, concurrency=cfg.concurrency,
                                     queue_timeout_s=cfg.queue_timeout_s, classes=classes, shedder=self.shedder,
                                     telemetry=tel)
@@ -293,7 +296,7 @@ class ServerApp:
         self.start()
         path, method = scope.get("path", ""), scope.get("method", "GET")
         header = _header(scope, b"x-request-id")
-        rid = header if header is not None and REQUEST_ID.fullmatch(header) else uuid.uuid4().hex
+        rid = header if valid_request_id(header) else uuid.uuid4().hex
         kind = ROUTES.get(path)
         if kind is not None:
             if method != "POST":
@@ -586,16 +589,6 @@ class ServerApp:
 
 
 # ---- helpers ---------------------------------------------------------------------------------------------
-
-
-def _levels(classes: tuple[str, ...], lowest: float | None) -> dict[str, float] | None:
-    """Queue levels per class: ``lowest`` for the lowest class, rising evenly to 1.0 for the highest."""
-    if lowest is None:
-        return None
-    n = len(classes)
-    if n == 1:
-        return {classes[0]: lowest}
-    return {c: lowest + (1.0 - lowest) * (n - 1 - i) / (n - 1) for i, c in enumerate(classes)}
 
 
 def _latency_levels(classes: tuple[str, ...], lowest_s: float | None) -> dict[str, float] | None:

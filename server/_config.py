@@ -8,7 +8,6 @@ Every time is seconds; ``None`` switches a limit off where the field says so. A 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -16,9 +15,6 @@ from llmslo.controls import ON_BUDGET
 from llmslo.server._engine import EngineConfig
 from llmslo.server._profile import DEFAULT_PROFILE, PROFILES
 from llmslo.telemetry import ConfigurationError
-
-REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-"""The request ids the server takes from ``X-Request-Id`` (others are replaced by a uuid4 hex)."""
 
 _FLAG_NAMES = {"telemetry": "--no-telemetry", "breaker": "--no-breaker"}
 

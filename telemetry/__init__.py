@@ -109,6 +109,7 @@ _RUNTIME: dict[str, str] = {
     "render_metrics": "_exposition",
     "simulate_stream": "_streams",
     "stored_in_jsonl": "_journal",
+    "valid_request_id": "_middleware",
 }
 """Runtime names and the private module each lives in, imported on first access."""
 
@@ -147,7 +148,12 @@ if typing.TYPE_CHECKING:
     from llmslo.telemetry._labels import FORBIDDEN_LABELS, LabelPolicy
     from llmslo.telemetry._lifecycle import RequestScope, RequestTracker, Telemetry, current_tracker
     from llmslo.telemetry._metrics import TelemetryMetrics
-    from llmslo.telemetry._middleware import LlmsloMiddleware, MiddlewareConfig, default_telemetry
+    from llmslo.telemetry._middleware import (
+        LlmsloMiddleware,
+        MiddlewareConfig,
+        default_telemetry,
+        valid_request_id,
+    )
     from llmslo.telemetry._otel import OtlpExport, RequestTracing
     from llmslo.telemetry._sink import JsonlWriter, SummarySink, SummaryWriter
     from llmslo.telemetry._streams import (
@@ -253,5 +259,6 @@ __all__ = [
     "simulate_stream",
     "stored_in_jsonl",
     "tpot_s",
+    "valid_request_id",
     "validate_summary",
 ]

@@ -57,7 +57,7 @@ import threading
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypeGuard
 
 from llmslo.telemetry._durations import parse_duration
 from llmslo.telemetry._errors import ConfigurationError
@@ -80,7 +80,8 @@ DEFAULT_ROUTES: tuple[str, ...] = ("/v1/completions", "/v1/chat/completions")
 DEFAULT_METRICS_PATH = "/llmslo/metrics"
 """Where the middleware serves the process-wide telemetry's metrics in the app, unless configured otherwise."""
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-"""The incoming request ids taken as they are (others are replaced by a new UUID4)."""
+"""The incoming request ids taken as they are, here, by ``llmslo serve`` and by the gateway (see
+:func:`valid_request_id`; each replaces any other by a new id)."""
 MAX_TENANT_CHARS = 64
 """The longest tenant class taken from the tenant header (the rest is cut)."""
 _HEADER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -102,6 +103,12 @@ ENVIRONMENT: dict[str, str] = {
     "LLMSLO_SLO_TPOT": "the TPOT objective of the goodput counters, e.g. 100ms, or 'off' (default: 100ms)",
 }
 """Every environment variable the middleware reads, and what it sets."""
+
+
+def valid_request_id(value: str | None) -> TypeGuard[str]:
+    """Whether ``value`` is a request id to take as it is: 1 to 128 characters of ``A-Z a-z 0-9 . _ : -``
+    (:data:`REQUEST_ID`). None, the header being absent, is not."""
+    return value is not None and REQUEST_ID.fullmatch(value) is not None
 
 
 @dataclass(frozen=True)
@@ -419,7 +426,7 @@ class LlmsloMiddleware:
             elif key == tenant_name:
                 tenant = bytes(value).decode("latin-1")[:MAX_TENANT_CHARS]
         present = found is not None
-        rid = found if found is not None and REQUEST_ID.fullmatch(found) else str(uuid.uuid4())
+        rid = found if valid_request_id(found) else str(uuid.uuid4())
         t = self.telemetry.start(rid, model=self.model, version=self.version, tenant_class=tenant)
         try:
             t.admit()

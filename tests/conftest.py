@@ -52,6 +52,7 @@ SLOW: dict[str, str] = {
     "test_fleet_store.py": _CHDB,
     "test_bench_gpu_run.py::test_the_script_runs_the_engine_the_load_and_the_join_without_a_gpu": _SERVER,
     "test_gateway_redis.py": _REDIS,
+    "test_rollout_plan.py::test_the_command_refuses_a_bad_plan_from_a_plain_folder": _CLI,
     "test_ops_prometheus.py": _PROMETHEUS,
     "test_rollout_runbook.py": _CLI,
     "test_walkthrough.py": _CLI,

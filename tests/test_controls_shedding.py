@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmslo.controls import AdmissionQueue, LoadShedder, RetryAfterEstimator, ShedVerdict
+from llmslo.controls import AdmissionQueue, LoadShedder, RetryAfterEstimator, ShedVerdict, queue_shed_levels
 from llmslo.telemetry import SHED_SIGNALS, ConfigurationError, Telemetry
 
 CLASSES = ("interactive", "batch")
@@ -82,6 +82,15 @@ def test_stages_apply_in_order_as_pressure_rises() -> None:
         (), ("truncate_input",), ("truncate_input", "cap_max_tokens"),
         ("truncate_input", "cap_max_tokens", "lighter_model")]
     assert s.assess("batch", 1.0) == ShedVerdict(True, "queue", (), 1.0)
+
+
+def test_queue_shed_levels_rise_evenly_from_the_lowest_class_to_a_full_queue() -> None:
+    levels = queue_shed_levels(("gold", "silver", "bronze"), 0.4)
+    assert levels == pytest.approx({"gold": 1.0, "silver": 0.7, "bronze": 0.4})
+    assert list(levels) == ["gold", "silver", "bronze"]
+    assert queue_shed_levels(("only",), 0.6) == {"only": 0.6}  # a class alone is the lowest one
+    s = LoadShedder(queue_levels=queue_shed_levels(CLASSES, 0.5))
+    assert s.assess("batch", 0.5).shed and not s.assess("interactive", 0.99).shed
 
 
 def test_an_unknown_class_is_shed_as_the_lowest() -> None:

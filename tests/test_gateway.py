@@ -456,3 +456,48 @@ def test_a_client_that_expects_100_continue_gets_it_before_sending_its_body() ->
         assert answer.startswith(b"HTTP/1.1 200") and len(rows) == 1
 
     run(go())
+
+
+def test_with_no_routable_backend_the_retry_after_is_the_time_left_until_the_first_breaker_half_opens() -> None:
+    from llmslo.controls import CircuitBreaker
+    from llmslo.gateway import BackendSpec, GatewayConfig, Pool
+    from llmslo.gateway._pool import FAILURE_KINDS, RETRY_AFTER_FLOOR_S
+    from llmslo.telemetry import Telemetry
+
+    now = [1000.0]
+    specs = tuple(BackendSpec(i, f"http://127.0.0.1:{9000 + n}", models=models)
+                  for n, (i, models) in enumerate((("a", ("m",)), ("b", ("m",)), ("c", ("other",)))))
+    config = GatewayConfig(backends=specs, breaker_failures=1, breaker_open_s=60.0)
+    pool = Pool(config, Telemetry(version="gateway"))
+    for b in pool.backends.values():  # the pool's breakers, on a clock the test moves
+        b.breaker = CircuitBreaker(b.id, consecutive_failures=1, error_rate=None, open_s=config.breaker_open_s,
+                                   failure_kinds=FAILURE_KINDS, clock=lambda: now[0])
+    a, b, c = (pool.backends[i] for i in "abc")
+    a.breaker.record_failure("connect")
+    now[0] += 45.0
+    assert pool.retry_after_s("m") == pytest.approx(15.0)  # what is left of a's 60 s, not 60 s again
+    assert pool.retry_after_s("other") == RETRY_AFTER_FLOOR_S  # c, the one backend for it, is not open
+    b.breaker.record_failure("connect")
+    c.breaker.record_failure("connect")
+    now[0] += 5.0
+    assert pool.retry_after_s("m") == pytest.approx(10.0)  # the first of a and b to half-open
+    assert pool.retry_after_s("other") == pytest.approx(55.0)  # only c serves it
+    pool.set_in_pool(a, False, "test")
+    assert pool.retry_after_s("m") == pytest.approx(55.0)  # a is out of the pool: b's time
+    now[0] += 54.5
+    assert pool.retry_after_s("m") == RETRY_AFTER_FLOOR_S  # 0.5 s left: the floor
+    assert [x.breaker.state for x in (a, b, c)] == ["half_open", "open", "open"]
+
+
+def test_the_queue_sheds_the_lowest_class_from_half_full_and_a_class_alone_only_when_full() -> None:
+    from llmslo.gateway import BackendSpec, GatewayApp, GatewayConfig
+    from llmslo.telemetry import Telemetry
+
+    def shed_from(classes: tuple[str, ...], tenant: str) -> float:
+        config = GatewayConfig(backends=(BackendSpec("a", "http://127.0.0.1:9000"),), tenant_classes=classes)
+        shedder = GatewayApp(config, Telemetry(version="gateway")).shedder
+        return min(f / 100 for f in range(1, 101) if shedder.assess(tenant, f / 100).shed)
+
+    three = ("interactive", "default", "batch")
+    assert [shed_from(three, c) for c in three] == [1.0, 0.75, 0.5]
+    assert shed_from(("default",), "default") == 1.0

@@ -27,6 +27,7 @@ from llmslo.telemetry import (
     MiddlewareConfig,
     Telemetry,
     render_metrics,
+    valid_request_id,
     validate_summary,
 )
 from llmslo.telemetry import _middleware as M
@@ -505,6 +506,11 @@ def test_an_unusable_request_id_is_replaced() -> None:
     ex, row = s.call("/v1/completions", stream_body(2), headers=[(b"x-request-id", b"bad id with spaces")])
     assert uuid.UUID(row["request_id"]).version == 4
     assert ex.header(b"x-request-id") == [row["request_id"].encode()]
+
+
+def test_a_request_id_is_taken_as_it_is_only_when_it_is_1_to_128_safe_characters() -> None:
+    assert valid_request_id("abc-123") and valid_request_id("a.b_c:d-E9") and valid_request_id("x" * 128)
+    assert not any(valid_request_id(v) for v in (None, "", "x" * 129, "bad id", "bad\x01id", "é", "a/b"))
 
 
 def test_the_request_id_header_name_is_configurable() -> None:
