@@ -35,7 +35,7 @@ def run_command(
         show_default=False)] = None,
     summaries: Annotated[Path | None, typer.Option(
         "--summaries", help="The gateway's JSONL summaries folder (llmslo gateway --jsonl), ingested into --db "
-        "before the comparison.", show_default=False)] = None,
+        "before the comparison (read at the end; none yet: nothing ingested).", show_default=False)] = None,
     rollback: Annotated[bool, typer.Option(
         "--rollback", help="Run the plan the other way, to -> from: the same path, versions swapped.")] = False,
     update_id: Annotated[str | None, typer.Option(
@@ -70,8 +70,6 @@ def run_command(
 
     if summaries is not None and db is None:
         raise _fail("--summaries needs --db (the store they are ingested into)", 2)
-    if summaries is not None and not summaries.is_dir():
-        raise _fail(f"--summaries: no such folder {shown(summaries)}", EXIT_INPUT)
 
     def say(line: str) -> None:
         _err().print(shown(line), highlight=False)
@@ -101,8 +99,9 @@ def _store(db: Path, summaries: Path | None, records: list[dict[str, Any]], resu
 
     done: dict[str, Any] = {"db": str(db)}
     try:
-        if summaries is not None:
-            files = sorted(p for p in summaries.iterdir() if p.suffix in (".jsonl", ".ndjson"))
+        if summaries is not None:  # read at the end: the gateway creates the folder with its first summary
+            files = sorted(p for p in summaries.iterdir() if p.suffix in (".jsonl", ".ndjson")) \
+                if summaries.is_dir() else []
             with Store.open(db) as store:
                 reports = store.ingest_files(files) if files else []
             done["summaries_ingested"] = sum(r.rows_inserted for r in reports)

@@ -6,6 +6,7 @@ path, not the model. Each test starts its engines and its gateway on 127.0.0.1 a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -89,7 +90,7 @@ def test_an_update_under_load_terminates_nothing_records_and_compares_and_rolls_
             i = 0
             while not stop.is_set() and i < 400:
                 code, _, _ = _post(f"http://127.0.0.1:{front}/v1/completions",
-                                   {"model": "smollm2", "prompt": f"Count {i}", "max_tokens": 24})
+                                   {"model": "smollm2", "prompt": f"Count {i}", "max_tokens": 96})
                 statuses.append(code)
                 i += 1
 
@@ -118,7 +119,8 @@ def test_an_update_under_load_terminates_nothing_records_and_compares_and_rolls_
                 assert result["records"] == ["u1-b1-old0", "u1-b2-old1"]
                 assert result["summaries_ingested"] > 0
                 assert result["comparison"]["verdict"] in ("lossless", "regression", "insufficient_data")
-                assert "batch 1/2: old0 drained in" in done.stderr and "removal propagated in" in done.stderr
+                said = " ".join(done.stderr.split())
+                assert "batch 1/2: old0 drained in" in said and "removal propagated in" in said
                 shown = subprocess.run([sys.executable, "-m", "llmslo.cli", "rollout", "show", "u1-b1-old0",
                                         "--db", "store.duckdb", "--json"], cwd=tmp_path, capture_output=True,
                                        text=True, timeout=60)
@@ -144,7 +146,7 @@ def test_an_update_under_load_terminates_nothing_records_and_compares_and_rolls_
             stop.set()
             for c in clients:
                 c.join(120)
-    assert len(answered) > 20 and set(answered) == {200}, sorted(set(answered))
+    assert len(answered) > 10 and set(answered) == {200}, sorted(set(answered))
 
 
 def test_a_budget_below_the_longest_request_terminates_it_and_the_count_is_right(tmp_path: Path) -> None:
@@ -177,3 +179,37 @@ def test_a_budget_below_the_longest_request_terminates_it_and_the_count_is_right
     rows = [r for r in _rows(tmp_path / "summaries") if r.get("backend") == "old0"]
     assert sum(r["finish_reason"] == "server_draining" for r in rows) == drained["terminated"]
     assert long_reply and long_reply[0][0] != 200
+
+
+def test_a_budget_that_runs_out_without_terminating_returns_the_backend_and_stops_the_update(tmp_path: Path) -> None:
+    require_engine()
+    with _pool(tmp_path, 1) as (servers, gateway):
+        front, admin = gateway.port(1), gateway.port(2)
+
+        def long() -> None:
+            with contextlib.suppress(OSError):  # the gateway is stopped under it at the end
+                _post(f"http://127.0.0.1:{front}/v1/completions",
+                      {"model": "smollm2", "prompt": "Tell a long story", "max_tokens": 3000, "ignore_eos": True},
+                      timeout=120)
+
+        client = threading.Thread(target=long)
+        client.start()
+        time.sleep(1.0)
+        _plan(tmp_path, admin, wait_budget_s=1.0, terminate_on_budget=False)
+        done = _rollout(tmp_path, "--plan", "plan.json", "--json")
+        assert done.returncode == 1, done.stderr[-3000:]
+        result = json.loads(done.stdout)
+        try:
+            (batch,) = result["update"]["batches"]
+            (drained,) = batch["drained"]
+            assert result["update"]["outcome"] == "stopped" and batch["outcome"] == "stopped"
+            assert drained["drain"]["decision"] == "return_to_pool" and drained["terminated"] == 0
+            assert drained["stopped_pid"] is None and pid_alive(servers[0].process.pid)
+            assert "returned to the pool (terminate_on_budget is false); the update stops here" in \
+                " ".join(done.stderr.split())
+            state = {b["id"]: b for b in _backends(admin)}
+            assert state["old0"]["routable"] and state[batch["new"][0]]["routable"]
+        finally:
+            _stop_started(result)
+            gateway.stop()
+            client.join(120)
