@@ -89,6 +89,7 @@ COMMANDS: tuple[CommandEntry, ...] = (
                  "TTFT/TPOT/ITL/e2e heatmaps and quantiles with request_id exemplars, queue against capacity, "
                  "rejections, breakers, drains, backpressure, GPUs) and an SLO dashboard (error budget left, "
                  "burn rates, alert state, from the recording rules of llmslo rules generate)."),
+    CommandEntry("k8s", "llmslo.cli._k8s:k8s_app", "Kubernetes manifests behind llmslo gateway that drain right."),
 )
 """Every command of ``llmslo``, in the order ``llmslo --help`` lists them."""
 

@@ -14,10 +14,29 @@ wait is bounded. Standard library only (PyYAML, to count the rules of a rule fil
 * :func:`free_port` and :func:`stop_process` are the two process primitives every live run uses;
   :func:`pid_listening_on` finds the process behind a port, :func:`pid_alive` whether it still runs;
 * :class:`RolloutRunner` runs a rolling update of a pool behind ``llmslo gateway`` (``llmslo rollout run``).
+* :func:`generate_manifests` builds the Kubernetes manifests of ``llmslo k8s generate`` (pure, no I/O).
 """
 
 from __future__ import annotations
 
+from llmslo.ops._k8s import (
+    DEFAULT_GATEWAY_IMAGE,
+    ENGINE_CONTAINERS,
+    GATEWAY_MODES,
+    QUEUED_SERIES,
+    DrainPlan,
+    EngineContainer,
+    HpaPlan,
+    K8sOptions,
+    Manifest,
+    Monitoring,
+    RollingPlan,
+    generate_manifests,
+    hpa_plan,
+    render_manifest,
+    render_manifests,
+    rolling_plan,
+)
 from llmslo.ops._llamacpp import (
     LLAMA_SERVER_VERSION,
     MODEL_FILE,
@@ -49,13 +68,24 @@ from llmslo.ops._rollout_run import (
 )
 
 __all__ = [
+    "DEFAULT_GATEWAY_IMAGE",
     "DrainParams",
+    "DrainPlan",
+    "ENGINE_CONTAINERS",
+    "EngineContainer",
     "EngineNotFound",
+    "GATEWAY_MODES",
+    "HpaPlan",
+    "K8sOptions",
     "LLAMA_SERVER_VERSION",
     "LlamaServer",
     "MODEL_FILE",
+    "Manifest",
+    "Monitoring",
     "Prometheus",
     "PrometheusError",
+    "QUEUED_SERIES",
+    "RollingPlan",
     "RolloutError",
     "RolloutPlan",
     "RolloutResult",
@@ -66,11 +96,16 @@ __all__ = [
     "find_llama_server",
     "find_model",
     "free_port",
+    "generate_manifests",
+    "hpa_plan",
     "load_plan",
     "locate_engine",
     "pid_alive",
     "pid_listening_on",
     "plan_from_dict",
+    "render_manifest",
+    "render_manifests",
+    "rolling_plan",
     "rule_file_counts",
     "running_llama_server",
     "running_prometheus",
