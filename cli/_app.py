@@ -90,6 +90,7 @@ COMMANDS: tuple[CommandEntry, ...] = (
                  "rejections, breakers, drains, backpressure, GPUs) and an SLO dashboard (error budget left, "
                  "burn rates, alert state, from the recording rules of llmslo rules generate)."),
     CommandEntry("k8s", "llmslo.cli._k8s:k8s_app", "Kubernetes manifests behind llmslo gateway that drain right."),
+    CommandEntry("autoscale", "llmslo.cli._autoscale:autoscale_app", "Simulate HPA autoscaling on a trace, by policy."),
 )
 """Every command of ``llmslo``, in the order ``llmslo --help`` lists them."""
 

@@ -1,86 +1,29 @@
-"""The live run on a real engine, behind ``llmslo demo --engine llamacpp`` and its CI test.
+"""``llmslo demo --engine llamacpp`` for a person: the engine run (:func:`llmslo.ops.run_engine_live`) checked
+and printed.
 
-:func:`run_engine_live` starts llama.cpp's ``llama-server`` (SmolLM2-135M, ``--parallel`` slots, ``--metrics``)
-on a free port of 127.0.0.1, a Prometheus scraping the engine's own ``/metrics`` every second with the rules
-``llmslo rules generate --engine llamacpp`` makes, and ``llmslo load`` against it: a calm phase under the
-engine's capacity, then a burst above its slots (requests wait: ``llamacpp:requests_deferred``), then calm
-again. It reads the engine's counters straight from ``/metrics`` before the load and once the engine is
-idle after it, and Prometheus's view of the same run: the deferred requests, the rules' health, and what
-every query of the engine's dashboard returned.
-
-What it proves (the run's :meth:`EngineRun.checks`): one client summary per attempt; the client's ``usage``
-sums equal the engine's counter deltas exactly (prompt = ``prompt_tokens_total`` + ``prompt_tokens_cached_total``,
-completion = ``tokens_predicted_total``); the rules load and evaluate without error and every dashboard query
-returns data; the burst queues (deferred > 0, the client's TTFT grows) and goodput falls below the calm
-phase's. Every process is stopped by its pid; every wait is bounded.
+:func:`engine_checks` says what the run proves, each claim with its figures: one client summary per attempt
+(read from the client's store); the client's ``usage`` sums equal the engine's counter deltas exactly (prompt =
+``prompt_tokens_total`` + ``prompt_tokens_cached_total``, completion = ``tokens_predicted_total``); the rules
+load and evaluate without error and every dashboard query returns data; the burst queues (deferred > 0, the
+client's TTFT grows) and goodput falls below the calm phase's. :func:`engine_run_dict` is the run's JSON (its
+fields and the checks); :func:`print_engine_live` prints them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
-import time
-import urllib.request
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmslo.cli._processes import LiveRunError, cli, load_started, run_cli, started
-from llmslo.ops import (
-    LlamaServer,
-    Prometheus,
-    PrometheusError,
-    RulesNotLoaded,
-    locate_engine,
-    running_llama_server,
-    running_prometheus,
-)
+from llmslo.ops import ENGINE_COUNTERS
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["ENGINE_SPEC", "EngineCheck", "EnginePlan", "EngineRun", "print_engine_live", "run_engine_live"]
+    from llmslo.ops import EngineRun
 
-ENGINE_SPEC = Path(__file__).resolve().parents[1] / "examples" / "llamacpp-slo.yaml"
-"""The SLO spec of the engine run: objectives llama.cpp's counters and gauges can support."""
-JOB = "llama-server"
-"""The scrape job of the engine (the spec's ``scrape.job``)."""
-COUNTERS = ("llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total", "llamacpp:tokens_predicted_total")
-"""The engine's token counters the run compares with the client's ``usage`` sums."""
-IDLE_TIMEOUT_S = 120.0
-"""How long the engine may take to finish the requests still running when the load has ended, seconds."""
-
-
-@dataclass(frozen=True)
-class EnginePlan:
-    """The shape of the run; times in seconds from the start of the load's schedule.
-
-    Sized for two shared cores and SmolLM2-135M (about 90 tokens/s decode for one stream, a few requests a
-    second over four slots): ``rate_per_s`` stays under the engine's capacity, ``burst_factor`` × that
-    rate is well above it, so requests wait for a slot.
-    """
-
-    rate_per_s: float = 0.7
-    calm_s: float = 20.0
-    burst_s: float = 8.0
-    burst_factor: float = 5.0
-    after_burst_s: float = 8.0
-    parallel: int = 4
-    context_tokens: int = 4096
-    prompt_words: str = "40"
-    output_tokens: str = "24"
-    ttft_slo_ms: int = 1500
-    """The goodput rule of the run (the client's TTFT); the calm phase meets it, the burst's queue does not."""
-    client_timeout_s: float = 300.0
-    """The client's patience: far beyond the burst's queue even on a busy machine, so no attempt is hung up
-    (a hung-up stream's tokens reach the engine's counters but not the client's usage sums)."""
-    seed: int = 0
-
-    @property
-    def duration_s(self) -> float:
-        return self.calm_s + self.burst_s + self.after_burst_s
+__all__ = ["EngineCheck", "engine_checks", "engine_run_dict", "print_engine_live"]
 
 
 @dataclass(frozen=True)
@@ -92,128 +35,94 @@ class EngineCheck:
     detail: str
 
 
-@dataclass
-class EngineRun:
-    """Where the run left its files, and what it saw (times in Unix seconds)."""
+def engine_checks(run: EngineRun) -> list[EngineCheck]:
+    """Every claim of the run (module docstring), each with its figures."""
+    attempts = run.attempts() if run.attempts_log.exists() else []
+    return [_one_summary_each(run, attempts), _tokens_match(run, attempts), _deferred(run), *_queueing(run),
+            _rules(run), _dashboards(run)]
 
-    folder: Path
-    plan: EnginePlan
-    client_db: Path
-    attempts_log: Path
-    url: str = ""
-    started_unix_s: float = 0.0
-    burst_unix_s: tuple[float, float] = (0.0, 0.0)
-    load_exit_code: int | None = None
-    load_json: dict[str, Any] | None = None
-    counters_before: dict[str, float] = field(default_factory=dict)
-    counters_after: dict[str, float] = field(default_factory=dict)
-    deferred_max: float | None = None
-    rule_groups: list[dict[str, Any]] = field(default_factory=list)
-    """Each rule: ``{"name", "health", "last_error"}`` as Prometheus evaluated it at the end."""
-    dashboard_queries: list[dict[str, Any]] = field(default_factory=list)
-    """Each query of the engine's dashboard, asked over the run's time range as a panel asks:
-    ``{"panel", "expr", "series", "error"}``."""
-    prometheus_note: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        for key in ("folder", "client_db", "attempts_log"):
-            data[key] = str(data[key])
-        data["checks"] = [asdict(c) for c in self.checks()]
-        return data
+def engine_run_dict(run: EngineRun) -> dict[str, Any]:
+    """The run as JSON: :meth:`llmslo.ops.EngineRun.to_dict` and ``checks`` (each ``{"name", "passed",
+    "detail"}``)."""
+    return {**run.to_dict(), "checks": [asdict(c) for c in engine_checks(run)]}
 
-    # ---- what the run proves -----------------------------------------------------------------------------
 
-    def attempts(self) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in self.attempts_log.read_text().splitlines() if line.strip()]
+def _one_summary_each(run: EngineRun, attempts: list[dict[str, Any]]) -> EngineCheck:
+    rows = _client_ids(run.client_db) if run.client_db.exists() else []
+    ids = [a["request_id"] for a in attempts]
+    ok = bool(ids) and len(rows) == len(set(rows)) == len(ids) and set(rows) == set(ids)
+    return EngineCheck("one client summary per attempt", ok,
+                       f"{len(ids)} attempts, {len(rows)} client summaries ({len(set(rows))} distinct ids)")
 
-    def phases(self) -> dict[str, list[dict[str, Any]]]:
-        """The attempts by the phase of their scheduled arrival: ``calm`` (before the burst), ``burst``."""
-        plan = self.plan
-        out: dict[str, list[dict[str, Any]]] = {"calm": [], "burst": []}
-        for a in self.attempts():
-            offset = float(a["scheduled_offset_s"])
-            if offset < plan.calm_s:
-                out["calm"].append(a)
-            elif offset < plan.calm_s + plan.burst_s:
-                out["burst"].append(a)
-        return out
 
-    def checks(self) -> list[EngineCheck]:
-        """Every claim of the run (module docstring), each with its figures."""
-        attempts = self.attempts() if self.attempts_log.exists() else []
-        out = [self._one_summary_each(attempts), self._tokens_match(attempts), self._deferred(),
-               *self._queueing(), self._rules(), self._dashboards()]
-        return out
+def _tokens_match(run: EngineRun, attempts: list[dict[str, Any]]) -> EngineCheck:
+    before, after = run.counters_before, run.counters_after
+    if not all(k in before and k in after for k in ENGINE_COUNTERS):
+        return EngineCheck("usage sums = engine counter deltas", False,
+                           f"counters missing: before {sorted(before)}, after {sorted(after)}")
+    sent = [a for a in attempts if a.get("sent_unix_s") is not None]
+    missing = sum(1 for a in sent if a.get("status") == 200 and a.get("usage_completion_tokens") is None)
+    prompt = sum(int(a.get("usage_prompt_tokens") or 0) for a in sent)
+    completion = sum(int(a.get("usage_completion_tokens") or 0) for a in sent)
+    prompt_total, prompt_cached, predicted = ENGINE_COUNTERS
+    d_prompt = (after[prompt_total] - before[prompt_total]) + (after[prompt_cached] - before[prompt_cached])
+    d_completion = after[predicted] - before[predicted]
+    ok = missing == 0 and prompt == d_prompt and completion == d_completion and completion > 0
+    return EngineCheck(
+        "usage sums = engine counter deltas", ok,
+        f"prompt: usage {prompt:,} vs prompt_tokens_total + prompt_tokens_cached_total +{d_prompt:,.0f}; "
+        f"completion: usage {completion:,} vs tokens_predicted_total +{d_completion:,.0f}"
+        + (f"; {missing} answered attempts without usage" if missing else ""))
 
-    def _one_summary_each(self, attempts: list[dict[str, Any]]) -> EngineCheck:
-        rows = _client_ids(self.client_db) if self.client_db.exists() else []
-        ids = [a["request_id"] for a in attempts]
-        ok = bool(ids) and len(rows) == len(set(rows)) == len(ids) and set(rows) == set(ids)
-        return EngineCheck("one client summary per attempt", ok,
-                           f"{len(ids)} attempts, {len(rows)} client summaries ({len(set(rows))} distinct ids)")
 
-    def _tokens_match(self, attempts: list[dict[str, Any]]) -> EngineCheck:
-        before, after = self.counters_before, self.counters_after
-        if not all(k in before and k in after for k in COUNTERS):
-            return EngineCheck("usage sums = engine counter deltas", False,
-                               f"counters missing: before {sorted(before)}, after {sorted(after)}")
-        sent = [a for a in attempts if a.get("sent_unix_s") is not None]
-        missing = sum(1 for a in sent if a.get("status") == 200 and a.get("usage_completion_tokens") is None)
-        prompt = sum(int(a.get("usage_prompt_tokens") or 0) for a in sent)
-        completion = sum(int(a.get("usage_completion_tokens") or 0) for a in sent)
-        d_prompt = (after[COUNTERS[0]] - before[COUNTERS[0]]) + (after[COUNTERS[1]] - before[COUNTERS[1]])
-        d_completion = after[COUNTERS[2]] - before[COUNTERS[2]]
-        ok = missing == 0 and prompt == d_prompt and completion == d_completion and completion > 0
-        return EngineCheck(
-            "usage sums = engine counter deltas", ok,
-            f"prompt: usage {prompt:,} vs prompt_tokens_total + prompt_tokens_cached_total +{d_prompt:,.0f}; "
-            f"completion: usage {completion:,} vs tokens_predicted_total +{d_completion:,.0f}"
-            + (f"; {missing} answered attempts without usage" if missing else ""))
+def _deferred(run: EngineRun) -> EngineCheck:
+    value = run.deferred_max
+    return EngineCheck("the burst queues in the engine", value is not None and value > 0,
+                       "max llamacpp:requests_deferred during the run: "
+                       + ("unknown (no Prometheus)" if value is None else f"{value:g}"))
 
-    def _deferred(self) -> EngineCheck:
-        value = self.deferred_max
-        return EngineCheck("the burst queues in the engine", value is not None and value > 0,
-                           "max llamacpp:requests_deferred during the run: "
-                           + ("unknown (no Prometheus)" if value is None else f"{value:g}"))
 
-    def _queueing(self) -> list[EngineCheck]:
-        phases = self.phases()
-        slo = self.plan.ttft_slo_ms / 1000
-        figures = {}
-        for name, attempts in phases.items():
-            answered = sorted(t for t in (_client_ttft(a) for a in attempts) if t is not None)
-            good = sum(1 for t in answered if t <= slo)
-            figures[name] = (len(attempts), _median(answered), good / len(attempts) if attempts else math.nan)
-        (nc, tc, gc), (nb, tb, gb) = figures["calm"], figures["burst"]
-        grows = tc is not None and tb is not None and tb > tc
-        falls = nc > 0 and nb > 0 and gb < gc
-        return [
-            EngineCheck("client TTFT grows in the burst", grows,
-                        f"median client TTFT: calm {_fmt_s(tc)} ({nc} attempts), burst {_fmt_s(tb)} ({nb})"),
-            EngineCheck("goodput falls in the burst", falls,
-                        f"share with client TTFT <= {slo:g} s: calm {gc:.0%}, burst {gb:.0%}"),
-        ]
+def _queueing(run: EngineRun) -> list[EngineCheck]:
+    phases = run.phases()
+    slo = run.plan.ttft_slo_ms / 1000
+    figures = {}
+    for name, attempts in phases.items():
+        answered = sorted(t for t in (_client_ttft(a) for a in attempts) if t is not None)
+        good = sum(1 for t in answered if t <= slo)
+        figures[name] = (len(attempts), _median(answered), good / len(attempts) if attempts else math.nan)
+    (nc, tc, gc), (nb, tb, gb) = figures["calm"], figures["burst"]
+    grows = tc is not None and tb is not None and tb > tc
+    falls = nc > 0 and nb > 0 and gb < gc
+    return [
+        EngineCheck("client TTFT grows in the burst", grows,
+                    f"median client TTFT: calm {_fmt_s(tc)} ({nc} attempts), burst {_fmt_s(tb)} ({nb})"),
+        EngineCheck("goodput falls in the burst", falls,
+                    f"share with client TTFT <= {slo:g} s: calm {gc:.0%}, burst {gb:.0%}"),
+    ]
 
-    def _rules(self) -> EngineCheck:
-        if self.prometheus_note:
-            return EngineCheck("engine rules evaluate without error", False, self.prometheus_note)
-        bad = [(r["name"], r["health"], r["last_error"]) for r in self.rule_groups
-               if r["health"] != "ok" or r["last_error"]]
-        ok = bool(self.rule_groups) and not bad
-        return EngineCheck("engine rules evaluate without error", ok,
-                           f"{len(self.rule_groups)} rules loaded" + (f"; failing: {bad[:3]}" if bad else ""))
 
-    def _dashboards(self) -> EngineCheck:
-        empty = [q for q in self.dashboard_queries if q["error"] or not q["series"]]
-        ok = bool(self.dashboard_queries) and not empty
-        return EngineCheck("every dashboard query returns data", ok,
-                           f"{len(self.dashboard_queries)} queries"
-                           + (f"; without data: {[(q['panel'], q['expr'], q['error']) for q in empty][:3]}"
-                              if empty else ""))
+def _rules(run: EngineRun) -> EngineCheck:
+    if run.prometheus_note:
+        return EngineCheck("engine rules evaluate without error", False, run.prometheus_note)
+    bad = [(r["name"], r["health"], r["last_error"]) for r in run.rule_groups
+           if r["health"] != "ok" or r["last_error"]]
+    ok = bool(run.rule_groups) and not bad
+    return EngineCheck("engine rules evaluate without error", ok,
+                       f"{len(run.rule_groups)} rules loaded" + (f"; failing: {bad[:3]}" if bad else ""))
+
+
+def _dashboards(run: EngineRun) -> EngineCheck:
+    empty = [q for q in run.dashboard_queries if q["error"] or not q["series"]]
+    ok = bool(run.dashboard_queries) and not empty
+    return EngineCheck("every dashboard query returns data", ok,
+                       f"{len(run.dashboard_queries)} queries"
+                       + (f"; without data: {[(q['panel'], q['expr'], q['error']) for q in empty][:3]}"
+                          if empty else ""))
 
 
 def _client_ids(db: Path) -> list[str]:
+    """The ``request_id`` of every summary in the client's store at ``db``."""
     import duckdb
 
     con = duckdb.connect(str(db), read_only=True)
@@ -224,6 +133,7 @@ def _client_ids(db: Path) -> list[str]:
 
 
 def _client_ttft(a: dict[str, Any]) -> float | None:
+    """An attempt's TTFT as the client saw it, seconds (None: no chunk came)."""
     chunks, sent = a.get("chunk_ns") or [], a.get("sent_ns")
     return (int(chunks[0]) - int(sent)) / 1e9 if chunks and sent is not None else None
 
@@ -240,156 +150,6 @@ def _fmt_s(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f} s"
 
 
-# ---- the run ---------------------------------------------------------------------------------------------
-
-
-def read_counters(url: str) -> dict[str, float]:
-    """The engine's counters and gauges as ``/metrics`` says now (llama-server's have no labels)."""
-    from llmslo.analysis.scrape import parse_exposition
-
-    with urllib.request.urlopen(f"{url}/metrics", timeout=10.0) as r:
-        text = r.read().decode("utf-8", errors="replace")
-    scrape = parse_exposition(text, f"{url}/metrics")
-    return {s.name: s.value for _, s in scrape.samples() if not s.labels}
-
-
-def _wait_idle(url: str, timeout_s: float = IDLE_TIMEOUT_S) -> dict[str, float]:
-    """The counters once nothing is processing or deferred (read twice, equal, so the last reply is counted)."""
-    deadline = time.monotonic() + timeout_s
-    last: dict[str, float] | None = None
-    while time.monotonic() < deadline:
-        now = read_counters(url)
-        idle = now.get("llamacpp:requests_processing", 0) == 0 and now.get("llamacpp:requests_deferred", 0) == 0
-        if idle and last is not None and all(now.get(k) == last.get(k) for k in COUNTERS):
-            return now
-        last = now if idle else None
-        time.sleep(0.5)
-    raise LiveRunError(f"llama-server was still busy {timeout_s:g} s after the load ended")
-
-
-def _write_rules_and_dashboard(folder: Path) -> tuple[Path, Path]:
-    rules, dashboard = folder / "llamacpp-rules.yml", folder / "dashboards"
-    run_cli("rules", "generate", str(ENGINE_SPEC), "--engine", "llamacpp", "-o", str(rules))
-    run_cli("dashboards", "generate", str(ENGINE_SPEC), "--engine", "llamacpp", "-o", str(dashboard))
-    return rules, dashboard
-
-
-def _dashboard_exprs(folder: Path) -> list[tuple[str, str]]:
-    """Every (panel title, PromQL) of the generated dashboards, with Grafana's ``$__rate_interval`` as 30s."""
-    out = []
-    for path in sorted(folder.glob("*.json")):
-        doc = json.loads(path.read_text())
-        panels = list(doc.get("panels", []))
-        while panels:
-            panel = panels.pop(0)
-            panels.extend(panel.get("panels", []))
-            for target in panel.get("targets", []):
-                expr = target.get("expr")
-                if isinstance(expr, str) and expr:
-                    out.append((str(panel.get("title", "")), _concrete(expr)))
-    return out
-
-
-def _concrete(expr: str) -> str:
-    """A dashboard expression with Grafana's variables made concrete (the run's job, a 30 s range)."""
-    for var, value in (("$__rate_interval", "30s"), ("$__interval", "5s"), ("$__range", "5m"),
-                       ("${job}", JOB), ("$job", JOB), ("${instance}", ".*"), ("$instance", ".*")):
-        expr = expr.replace(var, value)
-    return expr
-
-
-def run_engine_live(folder: Path, plan: EnginePlan = EnginePlan(), *,
-                    say: Callable[[str], None] = lambda _: None) -> EngineRun:
-    """Run the engine demo into ``folder`` (created; must hold no earlier run) and return what it saw.
-
-    :class:`llmslo.ops.EngineNotFound` when llama-server or the model is missing (the message says how to get
-    them); :class:`LiveRunError` when a process fails.
-    """
-    binary, model = locate_engine()  # before anything is written
-    folder.mkdir(parents=True, exist_ok=True)
-    run = EngineRun(folder=folder, plan=plan, client_db=folder / "client.duckdb",
-                    attempts_log=folder / "attempts.jsonl")
-    stale = [p for p in (run.client_db, run.attempts_log) if p.exists()]
-    if stale:
-        raise LiveRunError(f"{folder} already holds a run ({stale[0].name}): choose an empty folder")
-    rules, dashboards = _write_rules_and_dashboard(folder)
-    say(f"starting llama-server (SmolLM2-135M, {plan.parallel} slots) on 127.0.0.1")
-    with running_llama_server(folder, parallel=plan.parallel, context_tokens=plan.context_tokens,
-                              binary=binary, model=model) as engine:
-        run.url = engine.url
-        with contextlib.ExitStack() as stack:
-            prometheus: Prometheus | None = None
-            try:
-                prometheus = stack.enter_context(running_prometheus(
-                    folder / "prometheus", [engine.target], job=JOB, rule_files=[rules]))
-                groups, n = prometheus.rules_loaded
-                say(f"Prometheus {prometheus.url} scrapes {engine.url}/metrics every second, rules {rules.name} "
-                    f"loaded ({groups} groups, {n} rules, as Prometheus reports)")
-                _wait_first_scrape(prometheus)
-            except RulesNotLoaded as exc:  # the rules and dashboards checks would mean nothing
-                raise LiveRunError(f"{rules}: {exc}") from None
-            except PrometheusError as exc:
-                run.prometheus_note = f"no Prometheus: {exc}"
-                say(run.prometheus_note)
-            run.counters_before = read_counters(engine.url)
-            _drive(run, engine, say)
-            run.counters_after = _wait_idle(engine.url)
-            if prometheus is not None:
-                time.sleep(2.5)  # two more scrapes: the idle engine's last counters reach Prometheus
-                _read_prometheus(run, prometheus, dashboards)
-    return run
-
-
-def _wait_first_scrape(prometheus: Prometheus, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if prometheus.last_scrape_unix_s() is not None:
-            return
-        time.sleep(0.25)
-    raise PrometheusError(f"Prometheus did not scrape the engine within {timeout_s:g} s")
-
-
-def _drive(run: EngineRun, engine: LlamaServer, say: Callable[[str], None]) -> None:
-    plan = run.plan
-    burst = f"{plan.burst_factor:g}x@{plan.calm_s:g}s+{plan.burst_s:g}s"
-    argv = cli("load", engine.url, "--model", engine.alias, "--endpoint", "chat", "--rate", f"{plan.rate_per_s:g}",
-               "--duration", f"{plan.duration_s:g}s", "--burst", burst, "--seed", str(plan.seed),
-               "--prompt-tokens", plan.prompt_words, "--output-tokens", plan.output_tokens,
-               "--goodput", f"ttft:{plan.ttft_slo_ms}", "--timeout", f"{plan.client_timeout_s:g}s",
-               "--db", str(run.client_db), "--attempts-log", str(run.attempts_log), "--json", "--no-progress")
-    say(f"load: {plan.rate_per_s:g} req/s, burst {burst} (above the {plan.parallel} slots), then calm")
-    out_path = run.folder / "load.json"
-    with out_path.open("w") as out, started(argv, run.folder / "load.log", stdout=out.fileno()) as load:
-        run.started_unix_s = load_started(run.attempts_log, load, timeout_s=60.0)
-        run.burst_unix_s = (run.started_unix_s + plan.calm_s, run.started_unix_s + plan.calm_s + plan.burst_s)
-        limit_s = plan.duration_s + plan.client_timeout_s + 60.0
-        try:
-            run.load_exit_code = load.wait(timeout=limit_s)
-        except Exception:
-            raise LiveRunError(f"llmslo load did not end within {limit_s:g} s") from None
-    with contextlib.suppress(OSError, ValueError):
-        run.load_json = json.loads(out_path.read_text())
-    if run.load_exit_code != 0:
-        raise LiveRunError(f"llmslo load exited with status {run.load_exit_code}: "
-                           f"{(run.folder / 'load.log').read_text(errors='replace')[-1500:]}")
-
-
-def _read_prometheus(run: EngineRun, prometheus: Prometheus, dashboards: Path) -> None:
-    span = max(60, math.ceil(time.time() - run.started_unix_s) + 30)
-    deferred = prometheus.query(f'max_over_time(llamacpp:requests_deferred{{job="{JOB}"}}[{span}s])')
-    run.deferred_max = max((float(r["value"][1]) for r in deferred), default=None)
-    groups = prometheus.get("/api/v1/rules")["groups"]
-    run.rule_groups = [{"name": str(r.get("name")), "health": str(r.get("health")),
-                        "last_error": str(r.get("lastError") or "")} for g in groups for r in g.get("rules", [])]
-    start, end = run.started_unix_s - 5, time.time()
-    for panel, expr in _dashboard_exprs(dashboards):  # as Grafana asks: over the run's time range
-        try:
-            series, error = len(prometheus.query_range(expr, start, end)), ""
-        except PrometheusError as exc:
-            series, error = 0, str(exc)[:300]
-        run.dashboard_queries.append({"panel": panel, "expr": expr, "series": series, "error": error})
-
-
 def print_engine_live(run: EngineRun, out: Console) -> None:
     """The run for a person: each claim with its figures, then the files and what to explore."""
     from llmslo.cli._common import shown
@@ -397,7 +157,7 @@ def print_engine_live(run: EngineRun, out: Console) -> None:
     out.print(shown(f"llama-server {run.url}: calm {run.plan.rate_per_s:g} req/s for {run.plan.calm_s:g} s, "
                     f"burst x{run.plan.burst_factor:g} for {run.plan.burst_s:g} s, calm {run.plan.after_burst_s:g} s"),
               highlight=False, soft_wrap=True)
-    for check in run.checks():
+    for check in engine_checks(run):
         out.print(shown(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}"), highlight=False,
                   soft_wrap=True)
     out.print(shown(f"files: {run.folder} (client.duckdb, attempts.jsonl, llamacpp-rules.yml, dashboards/, "

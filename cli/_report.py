@@ -510,7 +510,8 @@ def _given(ctx: typer.Context, name: str) -> bool:
 
 
 def _demo_live(out: Path | None, as_json: bool) -> None:
-    from llmslo.cli._live import LiveRunError, print_live, run_live
+    from llmslo.cli._live import print_live
+    from llmslo.ops import LiveRunError, run_live
 
     folder = out if out is not None else Path(time.strftime("llmslo-live-%Y%m%d-%H%M%S"))
     say = err() if as_json else _console()
@@ -531,7 +532,8 @@ def _demo_live(out: Path | None, as_json: bool) -> None:
 
 
 def _demo_engine(out: Path | None, as_json: bool) -> None:
-    from llmslo.cli._live_engine import print_engine_live, run_engine_live
+    from llmslo.cli._live_engine import engine_checks, engine_run_dict, print_engine_live
+    from llmslo.ops import run_engine_live
 
     folder = out if out is not None else Path(time.strftime("llmslo-engine-%Y%m%d-%H%M%S"))
     say = err() if as_json else _console()
@@ -540,19 +542,19 @@ def _demo_engine(out: Path | None, as_json: bool) -> None:
     except LlmsloError as exc:  # LiveRunError, and EngineNotFound with the way to build the engine
         raise _fail(str(exc)) from None
     if as_json:
-        print(json.dumps(run.to_dict(), indent=2, default=str))
+        print(json.dumps(engine_run_dict(run), indent=2, default=str))
     else:
         print_engine_live(run, _console())
-    if not all(check.passed for check in run.checks()):
+    if not all(check.passed for check in engine_checks(run)):
         raise _fail(f"the engine run's checks did not all pass (files in {folder})")
 
 
 def _demo_rollout(out: Path | None, same_speed: bool, as_json: bool) -> None:
-    from llmslo.cli._live_rollout import RolloutPlan, print_live_rollout, run_live_rollout
-    from llmslo.cli._processes import LiveRunError
+    from llmslo.cli._live_rollout import print_live_rollout
+    from llmslo.ops import LiveRolloutPlan, LiveRunError, run_live_rollout
 
     folder = out if out is not None else Path(time.strftime("llmslo-rollout-%Y%m%d-%H%M%S"))
-    plan = RolloutPlan()
+    plan = LiveRolloutPlan()
     if same_speed:
         plan = dataclasses.replace(plan, v2_speed=plan.v1_speed)
     say = err() if as_json else _console()

@@ -14,11 +14,26 @@ wait is bounded. Standard library only (PyYAML, to count the rules of a rule fil
 * :func:`free_port` and :func:`stop_process` are the two process primitives every live run uses;
   :func:`pid_listening_on` finds the process behind a port, :func:`pid_alive` whether it still runs;
 * :class:`RolloutRunner` runs a rolling update of a pool behind ``llmslo gateway`` (``llmslo rollout run``).
+* :func:`run_live`, :func:`run_engine_live` and :func:`run_live_rollout` are the live runs of ``llmslo demo
+  --live``, ``--engine llamacpp`` and ``--rollout`` (each into a folder of its own; :class:`LiveRunError` when a
+  process does not start or end as it should); :func:`started`, :func:`run_llmslo`, :func:`wait_exits` and
+  their kin run the ``llmslo`` commands of those runs.
 * :func:`generate_manifests` builds the Kubernetes manifests of ``llmslo k8s generate`` (pure, no I/O).
+* :func:`simulate` replays an arrival schedule through simulated engines, the gateway's queue and an HPA-like
+  controller under an :class:`AutoscalePolicy` (``llmslo autoscale simulate``; pure, simulated time).
 """
 
 from __future__ import annotations
 
+from llmslo.ops._autoscale import (
+    Arrival,
+    AutoscalePolicy,
+    PolicyError,
+    Simulation,
+    load_policy,
+    read_arrivals,
+    simulate,
+)
 from llmslo.ops._k8s import (
     DEFAULT_GATEWAY_IMAGE,
     ENGINE_CONTAINERS,
@@ -37,6 +52,22 @@ from llmslo.ops._k8s import (
     render_manifests,
     rolling_plan,
 )
+from llmslo.ops._live import LIVE_SPEC, AlertSpan, LivePlan, LiveRun, PrometheusFacts, run_live
+from llmslo.ops._live_engine import ENGINE_COUNTERS, ENGINE_SPEC, EnginePlan, EngineRun, read_counters, run_engine_live
+from llmslo.ops._live_processes import (
+    CLI_TIMEOUT_S,
+    READY_TIMEOUT_S,
+    LiveRunError,
+    llmslo_command,
+    load_started,
+    long_stream,
+    ready_port,
+    run_llmslo,
+    started,
+    terminate,
+    wait_exits,
+)
+from llmslo.ops._live_rollout import LiveRolloutPlan, LiveRolloutRun, run_live_rollout
 from llmslo.ops._llamacpp import (
     LLAMA_SERVER_VERSION,
     MODEL_FILE,
@@ -68,29 +99,47 @@ from llmslo.ops._rollout_run import (
 )
 
 __all__ = [
+    "AlertSpan",
+    "Arrival",
+    "AutoscalePolicy",
+    "CLI_TIMEOUT_S",
     "DEFAULT_GATEWAY_IMAGE",
     "DrainParams",
     "DrainPlan",
     "ENGINE_CONTAINERS",
+    "ENGINE_COUNTERS",
+    "ENGINE_SPEC",
     "EngineContainer",
     "EngineNotFound",
+    "EnginePlan",
+    "EngineRun",
     "GATEWAY_MODES",
     "HpaPlan",
     "K8sOptions",
+    "LIVE_SPEC",
     "LLAMA_SERVER_VERSION",
+    "LivePlan",
+    "LiveRolloutPlan",
+    "LiveRolloutRun",
+    "LiveRun",
+    "LiveRunError",
     "LlamaServer",
     "MODEL_FILE",
     "Manifest",
     "Monitoring",
+    "PolicyError",
     "Prometheus",
     "PrometheusError",
+    "PrometheusFacts",
     "QUEUED_SERIES",
+    "READY_TIMEOUT_S",
     "RollingPlan",
     "RolloutError",
     "RolloutPlan",
     "RolloutResult",
     "RolloutRunner",
     "RulesNotLoaded",
+    "Simulation",
     "VersionSpec",
     "engine_cache",
     "find_llama_server",
@@ -98,16 +147,31 @@ __all__ = [
     "free_port",
     "generate_manifests",
     "hpa_plan",
+    "llmslo_command",
     "load_plan",
+    "load_policy",
+    "load_started",
     "locate_engine",
+    "long_stream",
     "pid_alive",
     "pid_listening_on",
     "plan_from_dict",
+    "read_arrivals",
+    "read_counters",
+    "ready_port",
     "render_manifest",
     "render_manifests",
     "rolling_plan",
     "rule_file_counts",
+    "run_engine_live",
+    "run_live",
+    "run_live_rollout",
+    "run_llmslo",
     "running_llama_server",
     "running_prometheus",
+    "simulate",
+    "started",
     "stop_process",
+    "terminate",
+    "wait_exits",
 ]

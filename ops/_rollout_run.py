@@ -4,10 +4,11 @@ The plan (:func:`load_plan`, YAML or JSON; :class:`RolloutPlan`) names the gatew
 updated from and to (each a start command with ``{port}``, ``{model}`` and ``{version}`` placeholders, a model
 file and optionally its SHA-256), the batch size and the drain parameters under the names the runbooks use:
 ``caller_timeout_s``, ``wait_budget_s``, ``idle_threshold_s``, ``poll_interval_s``, ``unregister_settle_s``,
-``max_overlap_window_s``, ``terminate_on_budget``. It is refused, before anything changes, when
+``max_overlap_window_s``, ``terminate_on_budget`` (and ``soak_s``, a canary period: how long both versions
+serve before the old ones' drain; 0 by default). It is refused, before anything changes, when
 ``wait_budget_s > caller_timeout_s`` (past the caller's timeout nobody waits for the answer), when
-``unregister_settle_s + wait_budget_s > max_overlap_window_s`` (the overlap could not stay in its bound), or when
-either version's artefacts are not present and loadable: the command's program, the model file and its
+``soak_s + unregister_settle_s + wait_budget_s > max_overlap_window_s`` (the overlap could not stay in its
+bound), or when either version's artefacts are not present and loadable: the command's program, the model file and its
 checksum. The old version's are checked too, so that a rollback stays possible.
 
 Each batch (:meth:`RolloutRunner.run`):
@@ -91,6 +92,9 @@ class DrainParams:
     unregister_settle_s: float = 1.0
     max_overlap_window_s: float = 600.0
     terminate_on_budget: bool = True
+    soak_s: float = 0.0
+    """How long both versions serve side by side before the old backends' drain (a canary period, so that
+    ``rollout compare`` has both versions in one window); 0: drain at once."""
 
 
 @dataclass(frozen=True)
@@ -118,10 +122,11 @@ class RolloutPlan:
             out.append(f"drain.wait_budget_s ({d.wait_budget_s:g} s) is above drain.caller_timeout_s "
                        f"({d.caller_timeout_s:g} s): past the caller's timeout nobody waits for the answer; lower "
                        "the budget to the timeout or less")
-        if d.unregister_settle_s + d.wait_budget_s > d.max_overlap_window_s:
-            out.append(f"drain.unregister_settle_s + drain.wait_budget_s ({d.unregister_settle_s:g} + "
-                       f"{d.wait_budget_s:g} s) is above drain.max_overlap_window_s ({d.max_overlap_window_s:g} s): "
-                       "the versions could overlap longer than allowed; raise the bound or lower the budget")
+        if d.soak_s + d.unregister_settle_s + d.wait_budget_s > d.max_overlap_window_s:
+            out.append(f"drain.soak_s + drain.unregister_settle_s + drain.wait_budget_s ({d.soak_s:g} + "
+                       f"{d.unregister_settle_s:g} + {d.wait_budget_s:g} s) is above drain.max_overlap_window_s "
+                       f"({d.max_overlap_window_s:g} s): the versions could overlap longer than allowed; raise the "
+                       "bound or lower the soak or the budget")
         if self.from_version.version == self.to_version.version:
             out.append(f"from.version and to.version are both {self.from_version.version!r}: nothing to update")
         for name, spec in (("from", self.from_version), ("to", self.to_version)):
@@ -393,8 +398,12 @@ class RolloutRunner:
                 _stop(process.pid, plan.stop_timeout_s)
             raise
         opened = time.time()
-        self.say(f"batch {index}/{of}: {', '.join(ids)} ({new_spec.version}) ready and in the pool; draining "
+        soak = plan.drain.soak_s
+        then = f"both versions serve for {soak:g} s (soak_s), then " if soak else ""
+        self.say(f"batch {index}/{of}: {', '.join(ids)} ({new_spec.version}) ready and in the pool; {then}draining "
                  f"{', '.join(old)}")
+        if soak:
+            time.sleep(soak)
         with ThreadPoolExecutor(max_workers=len(old)) as pool:
             drained = list(pool.map(lambda ident: self._drain(plan, ident), old))
         returned = [d.backend for d in drained if d.drain.get("decision") == "return_to_pool"]

@@ -51,19 +51,19 @@ def test_a_backend_added_takes_requests_once_healthy_and_one_removed_takes_none(
 
 def test_a_backend_with_requests_in_flight_is_not_removed() -> None:
     async def go() -> None:
-        async with running([ScriptedBackend()]) as (gw, _rows):
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{gw.admin_port}") as admin, \
-                    httpx.AsyncClient(base_url=f"http://127.0.0.1:{gw.port}") as client:
-                slow = asyncio.ensure_future(client.post(
-                    "/v1/completions", json={**BODY, "prompt": "script:tokens=3,gap=0.3"}))
-                for _ in range(100):
-                    if gw.pool.backends["a"].outstanding:
-                        break
-                    await asyncio.sleep(0.01)
-                refused = await admin.delete("/admin/backends/a")
-                assert refused.status_code == 409 and "in flight" in refused.text
-                assert (await slow).status_code == 200
-                assert "a" in gw.pool.backends
+        async with running([ScriptedBackend()]) as (gw, _rows), \
+                httpx.AsyncClient(base_url=f"http://127.0.0.1:{gw.admin_port}") as admin, \
+                httpx.AsyncClient(base_url=f"http://127.0.0.1:{gw.port}") as client:
+            slow = asyncio.ensure_future(client.post(
+                "/v1/completions", json={**BODY, "prompt": "script:tokens=3,gap=0.3"}))
+            for _ in range(100):
+                if gw.pool.backends["a"].outstanding:
+                    break
+                await asyncio.sleep(0.01)
+            refused = await admin.delete("/admin/backends/a")
+            assert refused.status_code == 409 and "in flight" in refused.text
+            assert (await slow).status_code == 200
+            assert "a" in gw.pool.backends
 
     asyncio.run(go())
 

@@ -2,7 +2,7 @@
 
 One run: the installed ``llmslo demo --live --out run`` in a fresh working directory (a relative folder,
 as the README has it: a relative path handed on to Prometheus once loaded no rule, so no alert fired),
-behind which :func:`llmslo.cli._live.run_live` runs ``llmslo serve`` under ``llmslo load``: a calm phase, an
+behind which :func:`llmslo.ops.run_live` runs ``llmslo serve`` under ``llmslo load``: a calm phase, an
 overload burst, calm again, one long reply asked for, then SIGTERM to the server while the load still runs
 (the long reply outlives the drain budget, so the drain cuts it). Prometheus (Debian's package) scrapes the
 server every second with the rules ``llmslo rules generate`` makes from ``examples/live-slo.yaml``. Every
@@ -26,7 +26,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from llmslo.cli._live import LiveRun
+from llmslo.ops import LiveRun
 from llmslo.tests._tools import require_tool
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

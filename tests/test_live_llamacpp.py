@@ -1,6 +1,6 @@
 """llmslo on a real engine: llama.cpp's ``llama-server`` (SmolLM2-135M) under ``llmslo load``, scraped by Prometheus.
 
-One run (:func:`llmslo.cli._live_engine.run_engine_live`, the run behind ``llmslo demo --engine llamacpp``):
+One run (:func:`llmslo.ops.run_engine_live`, the run behind ``llmslo demo --engine llamacpp``):
 calm, a burst above the engine's four slots, calm. The tests read that run: one client summary per attempt,
 the client's ``usage`` sums equal to the engine's own counter deltas exactly, the engine rules loaded and
 evaluated by Prometheus without error, every query of the engine dashboard answered with data, and the burst
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from llmslo.cli._live_engine import EngineRun, run_engine_live
-from llmslo.ops import find_llama_server, find_model
+from llmslo.cli._live_engine import engine_checks
+from llmslo.ops import EngineRun, find_llama_server, find_model, run_engine_live
 from llmslo.tests._tools import require_tool
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -45,7 +45,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> EngineRun:
 
 
 def _check(run: EngineRun, name: str) -> None:
-    (check,) = [c for c in run.checks() if c.name == name]
+    (check,) = [c for c in engine_checks(run) if c.name == name]
     assert check.passed, check.detail
 
 
@@ -79,7 +79,7 @@ def test_every_failed_check_would_say_so(run: EngineRun) -> None:
     broken = EngineRun(**{**run.__dict__, "counters_after": {
         **run.counters_after, "llamacpp:tokens_predicted_total": run.counters_after["llamacpp:tokens_predicted_total"]
         + 1}})
-    (check,) = [c for c in broken.checks() if c.name == "usage sums = engine counter deltas"]
+    (check,) = [c for c in engine_checks(broken) if c.name == "usage sums = engine counter deltas"]
     assert not check.passed
 
 

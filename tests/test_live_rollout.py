@@ -1,6 +1,6 @@
 """A rolling update, live: two ``llmslo serve`` versions under load, v1 drained, the update measured.
 
-Two runs of :func:`llmslo.cli._live_rollout.run_live_rollout`, each about a minute: one where v2's engine
+Two runs of :func:`llmslo.ops.run_live_rollout`, each about a minute: one where v2's engine
 is 25 % slower per step (``rollout compare`` must find it: a regression of v2 on a latency), and the null
 run with identical engines still named v1 and v2 (its verdict must be ``lossless``). Every test reads the
 runs' files: the store ``llmslo ingest`` filled from both servers' JSONL, the loads' attempts logs, v1's
@@ -20,8 +20,8 @@ from typing import Any
 import duckdb
 import pytest
 
-from llmslo.cli._live_rollout import LiveRolloutRun, RolloutPlan, print_live_rollout, run_live_rollout
-from llmslo.cli._processes import LiveRunError
+from llmslo.cli._live_rollout import print_live_rollout
+from llmslo.ops import LiveRolloutPlan, LiveRolloutRun, LiveRunError, run_live_rollout
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -30,14 +30,14 @@ LATENCIES = ("ttft_s", "e2e_s")
 
 @pytest.fixture(scope="module")
 def slow(tmp_path_factory: pytest.TempPathFactory) -> LiveRolloutRun:
-    plan = RolloutPlan()
+    plan = LiveRolloutPlan()
     assert plan.v2_speed < plan.v1_speed
     return run_live_rollout(tmp_path_factory.mktemp("slow-v2"), plan)
 
 
 @pytest.fixture(scope="module")
 def null(tmp_path_factory: pytest.TempPathFactory) -> LiveRolloutRun:
-    plan = RolloutPlan()
+    plan = LiveRolloutPlan()
     return run_live_rollout(tmp_path_factory.mktemp("null"), dataclasses.replace(plan, v2_speed=plan.v1_speed))
 
 

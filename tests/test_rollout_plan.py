@@ -43,7 +43,7 @@ def test_a_budget_past_the_callers_timeout_is_refused_naming_both(tmp_path: Path
 
 def test_a_budget_the_overlap_bound_cannot_hold_is_refused(tmp_path: Path) -> None:
     message = _refusal(_plan(tmp_path, unregister_settle_s=5, max_overlap_window_s=12))
-    assert "(5 + 10 s) is above drain.max_overlap_window_s (12 s)" in message
+    assert "(0 + 5 + 10 s) is above drain.max_overlap_window_s (12 s)" in message
 
 
 def test_missing_or_changed_artefacts_refuse_the_update_so_a_rollback_stays_possible(tmp_path: Path) -> None:
@@ -99,3 +99,10 @@ def test_the_command_refuses_a_bad_plan_from_a_plain_folder(tmp_path: Path) -> N
     assert done.returncode == 1
     assert "the plan cannot run: drain.wait_budget_s (45 s) is above drain.caller_timeout_s (30 s)" in done.stderr
     assert not (tmp_path / "logs").exists()
+
+
+def test_a_soak_counts_in_the_overlap_bound(tmp_path: Path) -> None:
+    message = _refusal(_plan(tmp_path, soak_s=50, unregister_settle_s=1, max_overlap_window_s=60))
+    assert "drain.soak_s + drain.unregister_settle_s + drain.wait_budget_s (50 + 1 + 10 s) is above " \
+           "drain.max_overlap_window_s (60 s)" in message
+    assert plan_from_dict(_plan(tmp_path, soak_s=5)).drain.soak_s == 5.0

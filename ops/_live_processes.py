@@ -1,10 +1,10 @@
-"""The processes of the live runs (``llmslo demo --live`` and the live rolling update), and what they share.
+"""The processes of the live runs (``llmslo demo --live``, ``--engine`` and ``--rollout``), and what they share.
 
-Every process is an ``llmslo`` command run by this interpreter (:func:`cli`), started by :func:`started`
-and stopped by its process id on the way out whatever happens; every wait is bounded and every address is
-on 127.0.0.1. :func:`long_stream` starts a one-request load whose reply outlives any short drain budget, so
-a drain is sure to cut a stream; :func:`finish_counts` counts a store's summaries by finish reason through
-the report (``llmslo.analysis.report.build_report``), the one count every view of a run shows.
+Every process is an ``llmslo`` command run by this interpreter (:func:`llmslo_command`), started by
+:func:`started` and stopped by its process id on the way out whatever happens; every wait is bounded and
+every address is on 127.0.0.1. :func:`run_llmslo` runs one command to its end (ingest, record, compare);
+:func:`long_stream` starts a one-request load whose reply outlives any short drain budget, so a drain is
+sure to cut a stream. Standard library only.
 """
 
 from __future__ import annotations
@@ -20,18 +20,18 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from llmslo.ops import stop_process
+from llmslo.ops._process import stop_process
 from llmslo.telemetry import LlmsloError
 
 __all__ = [
+    "CLI_TIMEOUT_S",
     "READY_TIMEOUT_S",
     "LiveRunError",
-    "cli",
-    "finish_counts",
+    "llmslo_command",
     "load_started",
     "long_stream",
     "ready_port",
-    "run_cli",
+    "run_llmslo",
     "started",
     "terminate",
     "wait_exits",
@@ -47,7 +47,7 @@ class LiveRunError(LlmsloError):
     """A process of a live run did not start or did not end as it should (the message says which)."""
 
 
-def cli(*args: str) -> list[str]:
+def llmslo_command(*args: str) -> list[str]:
     """The command line of ``llmslo ARGS`` run by this interpreter."""
     return [sys.executable, "-m", "llmslo.cli", *args]
 
@@ -127,10 +127,10 @@ def load_started(attempts_log: Path, process: subprocess.Popen[str], timeout_s: 
     raise LiveRunError(f"{attempts_log}: no attempt was sent within {timeout_s:g} s")
 
 
-def run_cli(*args: str, timeout_s: float = CLI_TIMEOUT_S) -> str:
+def run_llmslo(*args: str, timeout_s: float = CLI_TIMEOUT_S) -> str:
     """Run ``llmslo ARGS`` to its end (at most ``timeout_s``) and return its standard output; a failure
     raises :class:`LiveRunError` with the command and the end of its standard error."""
-    argv = cli(*args)
+    argv = llmslo_command(*args)
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
@@ -147,21 +147,9 @@ def long_stream(url: str, tokens: int, folder: Path, name: str, *, seed: int = 0
     a second after the process starts: started a few seconds before a SIGTERM, its reply outlives a drain
     budget of a few seconds, so the drain cuts it. Its attempt goes to ``folder/NAME-attempts.jsonl`` (and
     its client summary to ``client_db``); stderr to ``folder/NAME.log``; stopped by its pid on the way out."""
-    argv = cli("load", url, "--model", "llmslo-sim", "--max-requests", "1", "--rate", "100",
+    argv = llmslo_command("load", url, "--model", "llmslo-sim", "--max-requests", "1", "--rate", "100",
                "--prompt-tokens", "8", "--output-tokens", str(tokens), "--seed", str(seed), "--no-progress",
                "--attempts-log", str(folder / f"{name}-attempts.jsonl"),
                *(("--db", str(client_db)) if client_db is not None else ()))
     return started(argv, folder / f"{name}.log")
 
-
-def finish_counts(db: Path, by: tuple[str, ...] = ()) -> dict[tuple[str, ...], dict[str, int]]:
-    """Summaries by finish reason (reasons with none left out) in each group of ``by`` (columns of
-    ``llmslo.analysis.report.GROUP_COLUMNS``; the key is the group's values, ``()`` without ``by``), as the
-    report counts them."""
-    from llmslo.analysis.report import GoodputPolicy, ReportSpec, build_report
-    from llmslo.analysis.store import Store
-
-    with Store.open(db, read_only=True) as store:
-        report = build_report(store.con, ReportSpec(GoodputPolicy(), by=by))
-    return {tuple(str(g.keys[k]) for k in by): {r: n for r, n in g.finish_reasons.items() if n}
-            for g in report.groups}
