@@ -380,9 +380,10 @@ def demo(
         "a SIGTERM drain, scraped by a real Prometheus with the rules of examples/live-slo.yaml (needs the "
         "'serve' extra and Debian's prometheus).")] = False,
     rollout: Annotated[bool, typer.Option(
-        "--rollout", help="Run a rolling update for real instead (about 75 s): llmslo serve v1 and a slower v2, a "
-        "load on each, v1 drained, the summaries ingested into one store, the update recorded and the versions "
-        "compared by llmslo rollout compare (needs the 'serve' extra).")] = False,
+        "--rollout", help="Run a rolling update for real instead (about 75 s): llmslo serve v1 behind llmslo "
+        "gateway under load, then llmslo rollout run to a slower v2 (both serve, v1 drained and stopped), the "
+        "gateway's summaries ingested into one store, the update recorded and the versions compared by llmslo "
+        "rollout compare (needs the 'serve' extra).")] = False,
     same_speed: Annotated[bool, typer.Option(
         "--same-speed", help="With --rollout: v2 runs the same engine as v1 (the null run: its verdict should "
         "be lossless).")] = False,
@@ -408,9 +409,10 @@ def demo(
     and Prometheus counted them, the alerts that fired and resolved, and the drain. The options only the
     simulation reads (--db, --trace, --seed, --ttft, --tpot, --by, --window) do not go with --live.
 
-    With --rollout a rolling update runs on real processes: v1 alone, then v2 (25 % slower per engine step;
-    the same with --same-speed) beside it, then SIGTERM to v1 while a long reply is still streaming, then v2
-    alone. It prints the requests by version, the drain, and the verdict of llmslo rollout compare with the
+    With --rollout a rolling update runs on real processes, through llmslo gateway and the path of llmslo
+    rollout run: v1 alone, then v2 (25 % slower per engine step; the same with --same-speed) added beside
+    it, then v1 drained while a long reply is still streaming from it, then v2 alone. It prints the requests
+    by version, the drain with its three numbers, and the verdict of llmslo rollout compare with the
     regressions it found (v2's slowdown; none with --same-speed). The simulation's options do not go with
     --rollout either.
     """

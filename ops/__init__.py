@@ -96,6 +96,7 @@ from llmslo.ops._rollout_run import (
     VersionSpec,
     load_plan,
     plan_from_dict,
+    stop_pid,
 )
 
 __all__ = [
@@ -171,6 +172,7 @@ __all__ = [
     "running_prometheus",
     "simulate",
     "started",
+    "stop_pid",
     "stop_process",
     "terminate",
     "wait_exits",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -50,6 +51,25 @@ class LiveRunError(LlmsloError):
 def llmslo_command(*args: str) -> list[str]:
     """The command line of ``llmslo ARGS`` run by this interpreter."""
     return [sys.executable, "-m", "llmslo.cli", *args]
+
+
+def ready_match(process: subprocess.Popen[str], pattern: re.Pattern[str], name: str,
+                timeout_s: float = READY_TIMEOUT_S) -> re.Match[str]:
+    """The first line of ``process``'s standard output that ``pattern`` matches (waits at most ``timeout_s``);
+    :class:`LiveRunError` naming ``name`` when it exits first or prints none."""
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    with selectors.DefaultSelector() as sel:
+        sel.register(process.stdout, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise LiveRunError(f"{name} exited with status {process.returncode} before it was ready")
+            if not sel.select(timeout=0.2):
+                continue
+            found = pattern.match(process.stdout.readline().strip())
+            if found:
+                return found
+    raise LiveRunError(f"{name} printed no ready line within {timeout_s:g} s")
 
 
 def ready_port(process: subprocess.Popen[str], timeout_s: float = READY_TIMEOUT_S) -> int:

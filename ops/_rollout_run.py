@@ -50,11 +50,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from llmslo.ops._process import free_port, pid_alive, pid_listening_on
+from llmslo.ops._process import free_port, pid_alive, pid_listening_on, stop_process
 from llmslo.telemetry import LlmsloError
 
 __all__ = ["DrainParams", "RolloutError", "RolloutPlan", "RolloutResult", "RolloutRunner", "VersionSpec",
-           "load_plan", "plan_from_dict"]
+           "load_plan", "plan_from_dict", "stop_pid"]
 
 ADMIN_TIMEOUT_S = 10.0
 """The longest wait for one admin call (seconds), besides a drain's own time."""
@@ -278,6 +278,9 @@ class BackendDrained:
 
 @dataclass
 class BatchResult:
+    """One batch: its old and new backends, their drains, the overlap window (Unix seconds) and the outcome;
+    ``started_unix_s``: when its new backends were started (the update's period begins)."""
+
     index: int
     of: int
     old: list[str]
@@ -288,6 +291,7 @@ class BatchResult:
     overlap_to_unix_s: float | None
     outcome: str
     """``done``; or ``stopped``: a budget ran out and its backend was returned to the pool."""
+    started_unix_s: float = 0.0
 
     @property
     def overlap_s(self) -> float | None:
@@ -326,6 +330,7 @@ class RolloutResult:
                                  "artifacts": self.artifacts[self.to_version]},
                     "drain": drain,
                     "overlap": {"from_unix_s": batch.overlap_from_unix_s, "to_unix_s": batch.overlap_to_unix_s},
+                    "started_unix_s": batch.started_unix_s or None, "ended_unix_s": batch.overlap_to_unix_s,
                     "rollback": {"triggered": self.rollback,
                                  "reason": "rollout run --rollback" if self.rollback else None},
                     "notes": f"llmslo rollout run: batch {batch.index} of {batch.of}, {batch.outcome}"
@@ -346,6 +351,9 @@ class RolloutRunner:
     def __init__(self, plan: RolloutPlan, say: Callable[[str], None] | None = None) -> None:
         self.plan = plan
         self.say = say or (lambda line: None)
+        self.started: list[subprocess.Popen[bytes]] = []
+        """The backends this runner started (they outlive the run: a caller in the same process that wants
+        them gone stops them with :func:`llmslo.ops.stop_process`)."""
 
     def run(self, *, rollback: bool = False, update_id: str | None = None) -> RolloutResult:
         plan = self.plan.swapped() if rollback else self.plan
@@ -382,6 +390,7 @@ class RolloutRunner:
 
     def _batch(self, plan: RolloutPlan, index: int, of: int, old: list[str], slots: list[int]) -> BatchResult:
         new_spec = plan.to_version
+        begun = time.time()
         started = [self._start(new_spec) for _ in old]
         ids = [f"{new_spec.version}-{port}"[:32] for port, _ in started]
         try:
@@ -395,7 +404,7 @@ class RolloutRunner:
             for ident in ids:
                 self._try_remove(ident)
             for _, process in started:
-                _stop(process.pid, plan.stop_timeout_s)
+                stop_process(process, plan.stop_timeout_s)
             raise
         opened = time.time()
         soak = plan.drain.soak_s
@@ -420,7 +429,8 @@ class RolloutRunner:
         elif closed is not None and closed - opened > plan.drain.max_overlap_window_s:
             self.say(f"batch {index}/{of}: the versions overlapped {closed - opened:.1f} s, above "
                      f"max_overlap_window_s ({plan.drain.max_overlap_window_s:g} s)")
-        return BatchResult(index, of, old, ids, [p.pid for _, p in started], drained, opened, closed, outcome)
+        return BatchResult(index, of, old, ids, [p.pid for _, p in started], drained, opened, closed, outcome,
+                           started_unix_s=begun)
 
     def _start(self, spec: VersionSpec) -> tuple[int, subprocess.Popen[bytes]]:
         port = free_port()
@@ -429,6 +439,7 @@ class RolloutRunner:
         with (logs / f"{spec.version}-{port}.log").open("wb") as log:
             process = subprocess.Popen(spec.argv(port), stdout=log, stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        self.started.append(process)
         return port, process
 
     def _wait_ready(self, port: int, process: subprocess.Popen[bytes]) -> None:
@@ -466,7 +477,7 @@ class RolloutRunner:
             if pid is None:
                 note = f"no process found listening on {url}: stop it yourself"
             else:
-                _stop(pid, plan.stop_timeout_s)
+                stop_pid(pid, plan.stop_timeout_s)
         return BackendDrained(ident, record, float(record["actual_drain_s"]), int(record["terminated"]),
                               propagation, pid, note)
 
@@ -499,7 +510,7 @@ class RolloutRunner:
                                f"{path} ({getattr(exc, 'reason', exc)})") from None
 
 
-def _stop(pid: int, timeout_s: float) -> None:
+def stop_pid(pid: int, timeout_s: float) -> None:
     """SIGTERM ``pid``, SIGKILL after ``timeout_s``; returns once it is gone (or the kill was sent)."""
     try:
         os.kill(pid, signal.SIGTERM)

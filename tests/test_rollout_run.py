@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from llmslo.ops import LlamaServer, locate_engine, pid_alive, running_llama_server
+from llmslo.ops import LlamaServer, locate_engine, pid_alive, running_llama_server, stop_pid
 from llmslo.tests.test_gateway_engines import GATEWAY_READY, Proc, _post, _rows
 from llmslo.tests.test_live_llamacpp import require_engine
 
@@ -71,11 +71,9 @@ def _rollout(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _stop_started(result: dict[str, Any]) -> None:
     """Stop the backends a run started (they outlive it, by design), by their process ids."""
-    from llmslo.ops._rollout_run import _stop
-
     for batch in result["update"]["batches"]:
         for pid in batch["new_pids"]:
-            _stop(pid, 10.0)
+            stop_pid(pid, 10.0)
 
 
 def test_an_update_under_load_terminates_nothing_records_and_compares_and_rolls_back(tmp_path: Path) -> None:
