@@ -185,7 +185,8 @@ def _print_checks(path: Path, checks: list[DrainCheck]) -> None:
 @drain_app.command()
 def check(
     config: Annotated[Path, typer.Argument(
-        help="Drain configuration (YAML): DrainConfig's keys plus overlap_window_s and batches.",
+        help="Drain configuration (YAML): DrainConfig's keys plus overlap_window_s, batches, "
+        "termination_grace_period_s and exit_margin_s.",
         show_default=False)],
     db: Annotated[Path | None, typer.Option(
         "--db", help="Store whose itl_s gaps give the observed p99.9 inter-token gap.", show_default=False)] = None,
@@ -194,7 +195,8 @@ def check(
     """Check a drain configuration against the rules of the update; exit 1 listing every violated rule.
 
     Rules: wait_budget_s <= caller_timeout_s; idle_threshold_s above the p99.9 of the stored itl_s gaps
-    (--db; else normal_gap_s); overlap_window_s >= batches x (unregister_settle_s + wait_budget_s). A rule
+    (--db; else normal_gap_s); overlap_window_s >= batches x (unregister_settle_s + wait_budget_s);
+    termination_grace_period_s >= unregister_settle_s + wait_budget_s + exit_margin_s (Kubernetes). A rule
     whose input is absent is skipped, saying which. Unknown keys are an error. With --json, one object:
     config, ok, checks (each rule: rule, status, values, message, fix), violations.
     """

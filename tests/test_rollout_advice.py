@@ -279,8 +279,22 @@ def test_the_overlap_window_must_cover_the_update_window() -> None:
 
 def test_every_violated_rule_is_listed() -> None:
     config = {"wait_budget_s": 400, "caller_timeout_s": 300, "idle_threshold_s": 1, "normal_gap_s": 2,
-              "overlap_window_s": 10}
+              "overlap_window_s": 10, "termination_grace_period_s": 60}
     assert [c.rule for c in check_drain_config(config)] == list(DRAIN_RULES)
+
+
+def test_the_grace_period_must_cover_the_settle_the_budget_and_the_exit() -> None:
+    config = {"wait_budget_s": 120, "unregister_settle_s": 5, "exit_margin_s": 15}
+
+    def by_rule(c: dict[str, Any]) -> Any:
+        return {x.rule: x for x in evaluate_drain_config(c)}["grace_covers_drain"]
+
+    assert by_rule(config).status == "skipped"
+    short = by_rule({**config, "termination_grace_period_s": 139})
+    assert short.status == "fail" and short.fix == "raise termination_grace_period_s to at least 140, or lower " \
+        "wait_budget_s"
+    assert "unregister_settle_s 5 s + wait_budget_s 120 s + exit_margin_s 15 s = 140 s" in short.message
+    assert by_rule({**config, "termination_grace_period_s": 140}).status == "pass"
 
 
 @pytest.mark.parametrize(("config", "message"), [
@@ -346,7 +360,7 @@ def test_drain_advise_on_a_missing_store_exits_1_and_creates_nothing(tmp_path: P
 def test_drain_check_lists_every_violation_and_exits_1(tmp_path: Path) -> None:
     config = tmp_path / "drain.yaml"
     config.write_text("wait_budget_s: 400\ncaller_timeout_s: 300\nidle_threshold_s: 1\nnormal_gap_s: 2\n"
-                      "overlap_window_s: 10\nbatches: 2\n", encoding="utf-8")
+                      "overlap_window_s: 10\nbatches: 2\ntermination_grace_period_s: 30\n", encoding="utf-8")
     result = runner.invoke(app, ["drain", "check", str(config)])
     assert result.exit_code == 1, result.output
     for rule in DRAIN_RULES:
@@ -359,11 +373,12 @@ def test_drain_check_lists_every_violation_and_exits_1(tmp_path: Path) -> None:
 def test_drain_check_passes_a_good_config(tmp_path: Path) -> None:
     config = tmp_path / "drain.yaml"
     config.write_text("wait_budget_s: 120\ncaller_timeout_s: 300\nidle_threshold_s: 30\nnormal_gap_s: 2\n"
-                      "overlap_window_s: 600\nbatches: 4\n", encoding="utf-8")
+                      "overlap_window_s: 600\nbatches: 4\ntermination_grace_period_s: 140\n"
+                      "exit_margin_s: 15\n", encoding="utf-8")
     result = runner.invoke(app, ["drain", "check", str(config), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["ok"] and [c["status"] for c in data["checks"]] == ["pass"] * 3
+    assert data["ok"] and [c["status"] for c in data["checks"]] == ["pass"] * 4
 
 
 @pytest.mark.parametrize(("text", "message"), [

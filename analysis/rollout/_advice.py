@@ -28,8 +28,9 @@ to the budget). :func:`advise_wait_budget` reads all three from the store:
   termination rate ``terminated / in_flight_at_start``.
 
 :func:`check_drain_config` validates a drain configuration (the keys of ``llmslo.controls.DrainConfig``
-plus ``overlap_window_s`` and ``batches``) against the three rules of the update: budget ≤ caller timeout,
-idle threshold above the observed p99.9 inter-token gap, overlap window ≥ update window.
+plus ``overlap_window_s``, ``batches``, ``termination_grace_period_s`` and ``exit_margin_s``) against the
+rules of the update: budget ≤ caller timeout, idle threshold above the observed p99.9 inter-token gap,
+overlap window ≥ update window, and Kubernetes' grace period ≥ settle + budget + exit margin.
 """
 
 from __future__ import annotations
@@ -70,9 +71,11 @@ DRAIN_DEFAULTS: Mapping[str, object] = {
 }
 """The fields of ``llmslo.controls.DrainConfig`` and their defaults (a test keeps the two equal)."""
 
-UPDATE_KEYS: Mapping[str, object] = {"overlap_window_s": None, "batches": 1}
-"""The keys a drain configuration file adds to ``DrainConfig``'s: the overlap window (seconds) and the
-number of batches drained in series."""
+UPDATE_KEYS: Mapping[str, object] = {"overlap_window_s": None, "batches": 1, "termination_grace_period_s": None,
+                                     "exit_margin_s": 0.0}
+"""The keys a drain configuration file adds to ``DrainConfig``'s: the overlap window (seconds), the number of
+batches drained in series, and Kubernetes' ``terminationGracePeriodSeconds`` with the time the processes
+need to exit after the drain (seconds)."""
 
 ON_BUDGET: tuple[str, ...] = ("terminate", "return_to_pool")
 """``DrainConfig.on_budget``'s allowed values."""
@@ -453,7 +456,8 @@ def _opt_float(value: object) -> float | None:
 
 # ---- the configuration check ---------------------------------------------------------------------------------
 
-DRAIN_RULES: tuple[str, ...] = ("budget_within_caller_timeout", "idle_above_gap_p999", "overlap_covers_update_window")
+DRAIN_RULES: tuple[str, ...] = ("budget_within_caller_timeout", "idle_above_gap_p999", "overlap_covers_update_window",
+                                 "grace_covers_drain")
 """The rules :func:`check_drain_config` checks, in order."""
 
 
@@ -485,6 +489,8 @@ class _Config:
     normal_gap_s: float | None
     overlap_window_s: float | None
     batches: int
+    termination_grace_period_s: float | None
+    exit_margin_s: float
 
 
 def _optional_seconds(name: str, value: object) -> float | None:
@@ -520,6 +526,8 @@ def _parse_config(config: Mapping[str, object]) -> _Config:
         overlap_window_s=None if c["overlap_window_s"] is None
         else _positive("overlap_window_s", c["overlap_window_s"], zero=True),
         batches=_batches("batches", c["batches"]),
+        termination_grace_period_s=_optional_seconds("termination_grace_period_s", c["termination_grace_period_s"]),
+        exit_margin_s=_positive("exit_margin_s", c["exit_margin_s"], zero=True),
     )
 
 
@@ -586,13 +594,31 @@ def _overlap_rule(cfg: _Config) -> DrainCheck:
                       f"raise overlap_window_s to at least {window:g}, or lower wait_budget_s or batches")
 
 
+def _grace_rule(cfg: _Config) -> DrainCheck:
+    rule, grace = DRAIN_RULES[3], cfg.termination_grace_period_s
+    need = cfg.unregister_settle_s + cfg.wait_budget_s + cfg.exit_margin_s
+    values = {"termination_grace_period_s": grace, "needed_s": need, "unregister_settle_s": cfg.unregister_settle_s,
+              "wait_budget_s": cfg.wait_budget_s, "exit_margin_s": cfg.exit_margin_s}
+    if grace is None:
+        return DrainCheck(rule, "skipped", values, "termination_grace_period_s is not set: set the pods' "
+                                                   "terminationGracePeriodSeconds to check it against the drain")
+    formula = (f"unregister_settle_s {cfg.unregister_settle_s:g} s + wait_budget_s {cfg.wait_budget_s:g} s + "
+               f"exit_margin_s {cfg.exit_margin_s:g} s = {need:g} s")
+    if grace >= need:
+        return DrainCheck(rule, "pass", values, f"termination_grace_period_s {grace:g} s >= {formula}")
+    return DrainCheck(rule, "fail", values,
+                      f"termination_grace_period_s {grace:g} s is shorter than {formula}: Kubernetes kills the "
+                      "pod before its drain and exit end", f"raise termination_grace_period_s to at least "
+                      f"{math.ceil(need):g}, or lower wait_budget_s")
+
+
 def evaluate_drain_config(config: Mapping[str, object], *,
                           con: duckdb.DuckDBPyConnection | None = None) -> list[DrainCheck]:
     """Every rule of :data:`DRAIN_RULES` applied to ``config``: passed, failed or skipped.
 
     Same arguments and errors as :func:`check_drain_config`."""
     cfg = _parse_config(config)
-    return [_budget_rule(cfg), _idle_rule(cfg, con), _overlap_rule(cfg)]
+    return [_budget_rule(cfg), _idle_rule(cfg, con), _overlap_rule(cfg), _grace_rule(cfg)]
 
 
 def check_drain_config(config: Mapping[str, object], *,
