@@ -276,7 +276,7 @@ def run_live(folder: Path, plan: LivePlan = LivePlan(), *, prometheus_required: 
                     folder / "prometheus", [f"127.0.0.1:{port}"], job=JOB, rule_files=[rules]))
                 say(f"Prometheus {prometheus.url} scrapes {url}/metrics every second, rules {rules.name} loaded "
                     f"({_loaded(prometheus)})")
-                _wait_first_scrape(prometheus)
+                prometheus.wait_first_scrape("the server")
             except RulesNotLoaded as exc:  # no alert could fire: never a run to show
                 raise LiveRunError(f"{rules}: {exc}") from None
             except PrometheusError as exc:
@@ -295,15 +295,6 @@ def _loaded(prometheus: Prometheus) -> str:
     """What Prometheus reported loaded from its rule files: ``2 groups, 14 rules``."""
     groups, rules = prometheus.rules_loaded
     return f"{groups} group{'' if groups == 1 else 's'}, {rules} rule{'' if rules == 1 else 's'}, as Prometheus reports"
-
-
-def _wait_first_scrape(prometheus: Prometheus, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if prometheus.last_scrape_unix_s() is not None:
-            return
-        time.sleep(0.25)
-    raise PrometheusError(f"Prometheus did not scrape the server within {timeout_s:g} s")
 
 
 def _drive(run: LiveRun, server: subprocess.Popen[str], url: str, prometheus: Prometheus | None,

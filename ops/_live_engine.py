@@ -211,7 +211,7 @@ def run_engine_live(folder: Path, plan: EnginePlan = EnginePlan(), *,
                 groups, n = prometheus.rules_loaded
                 say(f"Prometheus {prometheus.url} scrapes {engine.url}/metrics every second, rules {rules.name} "
                     f"loaded ({groups} groups, {n} rules, as Prometheus reports)")
-                _wait_first_scrape(prometheus)
+                prometheus.wait_first_scrape("the engine")
             except RulesNotLoaded as exc:  # the rules and dashboards checks would mean nothing
                 raise LiveRunError(f"{rules}: {exc}") from None
             except PrometheusError as exc:
@@ -224,15 +224,6 @@ def run_engine_live(folder: Path, plan: EnginePlan = EnginePlan(), *,
                 time.sleep(2.5)  # two more scrapes: the idle engine's last counters reach Prometheus
                 _read_prometheus(run, prometheus, dashboards)
     return run
-
-
-def _wait_first_scrape(prometheus: Prometheus, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if prometheus.last_scrape_unix_s() is not None:
-            return
-        time.sleep(0.25)
-    raise PrometheusError(f"Prometheus did not scrape the engine within {timeout_s:g} s")
 
 
 def _drive(run: EngineRun, engine: LlamaServer, say: Callable[[str], None]) -> None:

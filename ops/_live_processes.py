@@ -72,21 +72,13 @@ def ready_match(process: subprocess.Popen[str], pattern: re.Pattern[str], name: 
     raise LiveRunError(f"{name} printed no ready line within {timeout_s:g} s")
 
 
+SERVING = re.compile(r"^serving .+ on http://\S+:(\d+)/?$")
+"""The ready line of ``llmslo serve``."""
+
+
 def ready_port(process: subprocess.Popen[str], timeout_s: float = READY_TIMEOUT_S) -> int:
     """The port from the server's ``serving MODEL on http://HOST:PORT`` line (waits at most ``timeout_s``)."""
-    assert process.stdout is not None
-    deadline = time.monotonic() + timeout_s
-    with selectors.DefaultSelector() as sel:
-        sel.register(process.stdout, selectors.EVENT_READ)
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise LiveRunError(f"llmslo serve exited with status {process.returncode} before it was ready")
-            if not sel.select(timeout=0.2):
-                continue
-            line = process.stdout.readline()
-            if line.startswith("serving ") and "http://" in line:
-                return int(line.rsplit(":", 1)[1].strip().rstrip("/"))
-    raise LiveRunError(f"llmslo serve printed no ready line within {timeout_s:g} s")
+    return int(ready_match(process, SERVING, "llmslo serve", timeout_s).group(1))
 
 
 @contextlib.contextmanager

@@ -124,6 +124,16 @@ class Prometheus:
             times.append(_rfc3339(text))
         return min(times) if times else None
 
+    def wait_first_scrape(self, what: str, timeout_s: float = 15.0) -> None:
+        """Wait (at most ``timeout_s``) until every active target was scraped once; :class:`PrometheusError`
+        naming ``what`` (the target, for the message) when not."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.last_scrape_unix_s() is not None:
+                return
+            time.sleep(0.25)
+        raise PrometheusError(f"Prometheus did not scrape {what} within {timeout_s:g} s")
+
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
