@@ -473,7 +473,6 @@ class GatewayApp:
                         p: _Parsed, ex: _Exchange, may_retry: bool) -> str | None:
         breaker = b.breaker
         ex.sent_ns = time.monotonic_ns()
-        t.schedule()  # a no-op after the admission queue's grant, which ends queue_s (definitions.md)
         try:
             conn, resp = await self._open(b, req, rid, p, ex)
         except UpstreamError as exc:

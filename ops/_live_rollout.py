@@ -224,14 +224,14 @@ def run_live_rollout(folder: Path, plan: LiveRolloutPlan = LiveRolloutPlan(), *,
     stale = [p for p in run.paths() if p.exists()]
     if stale:
         raise LiveRunError(f"{folder} already holds a run ({stale[0].name}): choose an empty folder")
-    result = _drive(run, say)
+    rollout, result = _drive(run, say)
     with contextlib.suppress(OSError, ValueError):
         run.load = json.loads((folder / "load.json").read_text())
-    _measure(run, result, say)
+    _measure(run, result.records(rollout), say)
     return run
 
 
-def _drive(run: LiveRolloutRun, say: Callable[[str], None]) -> RolloutResult:
+def _drive(run: LiveRolloutRun, say: Callable[[str], None]) -> tuple[RolloutPlan, RolloutResult]:
     """The three phases: every process started, the rollout run, everything stopped and waited for."""
     plan, folder = run.plan, run.folder
     with contextlib.ExitStack() as stack:
@@ -258,7 +258,8 @@ def _drive(run: LiveRolloutRun, say: Callable[[str], None]) -> RolloutResult:
         _sleep_until(update_at, watched, folder)
         say(f"llmslo rollout run: {V1} -> {V2} (speed {plan.v2_speed:g}), both serving {plan.overlap_s:g} s, then "
             f"{V1} drained (settle {plan.drain_settle_s:g} s, budget {plan.drain_budget_s:g} s)")
-        runner = RolloutRunner(_rollout_plan(run, admin), say)
+        rollout = _rollout_plan(run, admin)
+        runner = RolloutRunner(rollout, say)
         stack.callback(_stop_new, runner)
         try:
             result = runner.run(update_id=plan.update_id)
@@ -279,7 +280,7 @@ def _drive(run: LiveRolloutRun, say: Callable[[str], None]) -> RolloutResult:
         terminate(gateway)  # it drains itself and writes its last summaries
         _wait(run, {"gateway": gateway})
         v1.wait(EXIT_TIMEOUT_S)
-    return result
+    return rollout, result
 
 
 def _stop_new(runner: RolloutRunner) -> None:
@@ -296,14 +297,13 @@ def _wait(run: LiveRolloutRun, processes: Mapping[str, subprocess.Popen[str]]) -
     return {name: done[f"llmslo {name}"][1] for name in processes}
 
 
-def _measure(run: LiveRolloutRun, result: RolloutResult, say: Callable[[str], None]) -> None:
+def _measure(run: LiveRolloutRun, records: list[dict[str, Any]], say: Callable[[str], None]) -> None:
     """Ingest the gateway's summaries into one store, record the update, compare the versions."""
     files = sorted(str(p) for p in run.summaries.glob("*.jsonl"))
     if not files:
         raise LiveRunError(f"{run.summaries}: llmslo gateway wrote no summaries")
     say(f"llmslo ingest: {len(files)} JSONL file(s) into {run.store.name}")
     run_llmslo("ingest", *files, "--db", str(run.store), "--json", "--no-progress")
-    records = result.records(_rollout_plan(run, 0))
     notes = (f"live rolling update by llmslo: {V1} (speed {run.plan.v1_speed:g}) to {V2} (speed "
              f"{run.plan.v2_speed:g}) behind llmslo gateway, {run.plan.rate_per_s:g} req/s")
     run.update_record.write_text(json.dumps([{**r, "notes": notes} for r in records], indent=2) + "\n")
