@@ -16,6 +16,8 @@ from typing import Any
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmslo.analysis import GoodputPolicy, ReportSpec, Store, build_report, polars_schema
 from llmslo.analysis.databases import ClickHouseDatabase
@@ -27,10 +29,21 @@ from llmslo.tests._rows import cancelled_row, ok_row, rejected_row
 SUITES: tuple[types.ModuleType, ...] = (test_analysis_report, test_report_rates)
 
 
+DATABASE_EXAMPLES = 8
+"""The most examples a property of the wrapped suites draws here (each example's reports run on ClickHouse too,
+at about 8 ms a query); the suites' own runs keep their own numbers of examples on DuckDB."""
+
+
 @pytest.fixture(autouse=True)
-def _report_on_both_databases(monkeypatch: pytest.MonkeyPatch) -> None:
+def _report_on_both_databases(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     for module in SUITES:
         monkeypatch.setattr(module, "build_report", on_both_databases(build_report))
+    fn = request.function
+    if getattr(fn, "is_hypothesis_test", False):
+        # hypothesis reads a property's settings from this attribute each time it runs the property
+        own = fn._hypothesis_internal_use_settings
+        monkeypatch.setattr(fn, "_hypothesis_internal_use_settings",
+                            settings(own, max_examples=min(own.max_examples, DATABASE_EXAMPLES)))
 
 
 def _in_process(fn: Any) -> bool:
@@ -97,3 +110,13 @@ def test_a_mismatch_fails_the_wrapped_call(tmp_path: Path, monkeypatch: pytest.M
                         if cond is None else f"quantilesExactLowIf({', '.join(map(repr, qs))})({expr}, {cond})")
     with _store(tmp_path / "s.duckdb", rows) as store, pytest.raises(AssertionError, match="disagree"):
         on_both_databases(build_report)(store.con, ReportSpec(GoodputPolicy()))
+
+
+_DRAWN: list[int] = []
+
+
+@settings(max_examples=50, database=None)
+@given(st.integers())
+def test_a_property_here_draws_at_most_the_database_examples(x: int) -> None:
+    _DRAWN.append(x)
+    assert len(_DRAWN) <= DATABASE_EXAMPLES
