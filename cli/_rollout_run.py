@@ -51,6 +51,8 @@ def run_command(
     rollback stays possible. Each batch prints three numbers per drained backend: the actual drain time, the
     requests terminated, and the removal propagation delay (removal from the pool to the last new request it
     got). When a budget runs out with terminate_on_budget false, the backend returns to the pool and the update
+    stops (exit 1). When the gateway's admin API fails during a drain, the backend is put back in the pool (or
+    the message names it and the command that does), the failure goes into its update record, and the update
     stops (exit 1). --rollback runs the same path the other way. With --db: the records are stored (one per
     drained backend; llmslo rollout show) and llmslo rollout compare runs over the update's span.
 
@@ -86,6 +88,8 @@ def run_command(
         print(json.dumps(out, indent=2, ensure_ascii=False))
     else:
         _print(result, out, db)
+    if result.outcome == "failed":
+        raise _fail(str(result.failure), EXIT_INPUT)
     if result.outcome != "done":
         raise typer.Exit(1)
 
@@ -131,7 +135,8 @@ def _print(result: RolloutResult, out: dict[str, Any], db: Path | None) -> None:
         for d in b.drained:
             overlap = "-" if b.overlap_s is None else f"{b.overlap_s:.2f}"
             table.add_row(f"{b.index}/{b.of}", shown(d.backend), shown(", ".join(b.new)), f"{d.actual_drain_s:.2f}",
-                          str(d.terminated), f"{d.propagation_s:.3f}", shown(str(d.drain.get("decision"))), overlap)
+                          str(d.terminated), f"{d.propagation_s:.3f}",
+                          "failed" if d.failure else shown(str(d.drain.get("decision"))), overlap)
     console.print(table)
     if db is None:
         return

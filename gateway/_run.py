@@ -183,12 +183,17 @@ class Gateway:
                 raise ValueError("id and url are required")
             spec = BackendSpec(id=body["id"], url=body["url"], version=body.get("version", "unknown"),
                                slots=body.get("slots", 1), models=tuple(body.get("models") or ()))
-            if spec.id in self.pool.backends:
-                res.send(409, [_JSON], error_body(f"backend id {spec.id!r} is taken", "conflict", 409))
-                return
-            backend = self.pool.add(spec)
         except (ValueError, TypeError, ConfigurationError) as exc:
             res.send(400, [_JSON], error_body(f"backend: {exc}", "invalid_request_error", 400))
+            return
+        try:
+            backend = self.pool.add(spec)  # the one check of the id: the pool refuses one that is taken
+        except ConfigurationError as exc:
+            # the pool's refusals: the id names a backend it holds (a conflict), or models it does not serve
+            taken = spec.id in self.pool.backends
+            res.send(409 if taken else 400, [_JSON], error_body(
+                str(exc) if taken else f"backend: {exc}", "conflict" if taken else "invalid_request_error",
+                409 if taken else 400))
             return
         self.say(f"backend {spec.id} added ({spec.url}, version {spec.version})")
         await self.pool.check_health(backend)

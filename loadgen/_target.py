@@ -38,8 +38,6 @@ ENDPOINTS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat
 """Endpoint kinds and their paths."""
 
 URL_FORM = "http(s)://HOST[:PORT][/PREFIX], e.g. http://127.0.0.1:8000 (or .../v1, or .../v1/completions)"
-REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-"""What a request id may look like (the wire contract); every UUID does."""
 REQUEST_ID_KINDS: tuple[str, ...] = ("uuid4", "uuid7")
 """The kinds of request ids: random UUIDs (version 4) or time-ordered ones (version 7, RFC 9562)."""
 DEFAULT_REQUEST_ID_HEADER = "X-Request-Id"
@@ -81,7 +79,8 @@ def parse_request_id_header(text: str | None) -> str | None:
 
 
 class RequestIds:
-    """Request ids of one run: ``next()`` gives a new UUID as text (36 characters, lower-case hex).
+    """Request ids of one run: ``next()`` gives a new UUID as text (36 characters, lower-case hex), so every id is
+    one the servers take as it is (:func:`llmslo.telemetry.valid_request_id`, the one definition of a request id).
 
     ``uuid4``: 122 random bits (``uuid.uuid4``). ``uuid7``: RFC 9562's version 7, built here (Python 3.11 has
     none): the Unix time in milliseconds (48 bits, from ``time.time_ns``), then 12 bits of the sub-millisecond

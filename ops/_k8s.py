@@ -15,11 +15,11 @@ What is generated and why each number is what it is (``docs/kubernetes.md`` says
   Service's endpoints; it still serves what reaches it), then drains its engine backend through the admin
   API (``llmslo gateway drain``) with ``wait_budget_s``. ``terminationGracePeriodSeconds`` =
   ``ceil(unregister_settle_s + wait_budget_s + exit_margin_s)``; ``wait_budget_s > caller_timeout_s`` is
-  refused (past the caller's timeout nobody waits for the answer).
+  refused (the callers give up before the drain does; the rule is :func:`llmslo.analysis.rollout.budget_verdict`).
 * **Rolling update**: ``maxSurge = batch_size, maxUnavailable = 0`` (or with ``surge=False``: ``0`` and
   ``batch_size``); a PodDisruptionBudget with ``maxUnavailable = batch_size``. The versions overlap at most
   ``ceil(max_replicas / batch_size) * pod_ready_s + unregister_settle_s + wait_budget_s`` seconds, which must
-  not exceed ``max_overlap_window_s``.
+  not exceed ``max_overlap_window_s`` (:func:`llmslo.analysis.rollout.overlap_verdict`).
 * **HPA** (autoscaling/v2) on the gateway's queue, ``llmslo_queued_requests``, through the Prometheus adapter
   (a Pods metric in ``sidecar`` mode, an External metric in ``pool`` mode), with the adapter's rule in a
   ConfigMap: the target is ``scale_up_fraction`` of the queue capacity with a scale-up tolerance of 0, and a
@@ -157,11 +157,12 @@ class DrainPlan:
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ConfigurationError(f"batch_size: must be a whole number >= 1 (pods replaced at once), "
                                      f"got {self.batch_size!r}")
-        if self.wait_budget_s > self.caller_timeout_s:
-            raise ConfigurationError(
-                f"wait_budget_s ({self.wait_budget_s:g} s) exceeds caller_timeout_s ({self.caller_timeout_s:g} s): "
-                f"past the caller's timeout nobody waits for the answer; lower wait_budget_s to at most "
-                f"{self.caller_timeout_s:g} (llmslo drain advise recommends one from the stored request durations)")
+        from llmslo.analysis.rollout import budget_verdict  # the drain's rules: standard library only
+
+        budget = budget_verdict(self.wait_budget_s, self.caller_timeout_s)
+        if not budget.holds:
+            raise ConfigurationError(f"{budget.message}; {budget.fix} (llmslo drain advise recommends one from the "
+                                     "stored request durations)")
         if not self.terminate_on_budget:
             raise ConfigurationError(
                 "terminate_on_budget: false cannot hold for a pod Kubernetes deletes (it ends the pod at "
@@ -331,17 +332,21 @@ def rolling_plan(plan: DrainPlan, *, min_replicas: int, max_replicas: int, surge
         raise ConfigurationError(
             f"batch_size ({b}) without surge takes every one of min_replicas ({min_replicas}) pods down at once: "
             f"lower --batch-size to at most {min_replicas - 1}, raise --min-replicas, or allow the surge")
+    from llmslo.analysis.rollout import overlap_verdict, part  # the drain's rules: standard library only
+
     overlap = _overlap_s(plan, max_replicas, b)
     window = plan.max_overlap_window_s
-    if window is not None and overlap > window:
+    if window is not None:
         fits = [k for k in range(b + 1, max_replicas + 1) if _overlap_s(plan, max_replicas, k) <= window]
         fix = (f"raise --batch-size to {fits[0]}" if fits
                else "no batch size fits: shorten pod_ready_s or wait_budget_s")
-        raise ConfigurationError(
-            f"the versions would overlap up to {overlap:g} s (ceil({max_replicas} / {b}) batches x pod_ready_s "
-            f"{plan.pod_ready_s:g} + unregister_settle_s {plan.unregister_settle_s:g} + wait_budget_s "
-            f"{plan.wait_budget_s:g}), above max_overlap_window_s ({window:g} s): {fix}, or raise "
-            f"--max-overlap-window to {math.ceil(overlap)}")
+        steps = math.ceil(max_replicas / b)
+        verdict = overlap_verdict(
+            [(f"ceil({max_replicas} / {b}) batches x pod_ready_s {plan.pod_ready_s:g} s", steps * plan.pod_ready_s),
+             part("unregister_settle_s", plan.unregister_settle_s), part("wait_budget_s", plan.wait_budget_s)],
+            window, fix=f"{fix}, or raise --max-overlap-window to {math.ceil(overlap)}")
+        if not verdict.holds:
+            raise ConfigurationError(f"{verdict.message}; {verdict.fix}")
     return RollingPlan(max_surge=b if surge else 0, max_unavailable=0 if surge else b,
                        steps=math.ceil(max_replicas / b), overlap_bound_s=overlap, pdb_max_unavailable=b)
 

@@ -6,7 +6,7 @@ file and optionally its SHA-256), the batch size and the drain parameters under 
 ``caller_timeout_s``, ``wait_budget_s``, ``idle_threshold_s``, ``poll_interval_s``, ``unregister_settle_s``,
 ``max_overlap_window_s``, ``terminate_on_budget`` (and ``soak_s``, a canary period: how long both versions
 serve before the old ones' drain; 0 by default). It is refused, before anything changes, when
-``wait_budget_s > caller_timeout_s`` (past the caller's timeout nobody waits for the answer), when
+``wait_budget_s > caller_timeout_s`` (the callers give up before the drain does), when
 ``soak_s + unregister_settle_s + wait_budget_s > max_overlap_window_s`` (the overlap could not stay in its
 bound), or when either version's artefacts are not present and loadable: the command's program, the model file and its
 checksum. The old version's are checked too, so that a rollback stays possible.
@@ -28,6 +28,13 @@ delay, from its removal from the pool to the last new request it received (0 whe
 both times are the gateway's). When a budget runs out with ``terminate_on_budget: false`` the backend is back in
 the pool and the update stops there; the result says so. A rollback is the same run with the versions swapped
 (``rollback=True``).
+
+When a call to the admin API fails during a backend's drain (steps 3 to 6: the drain, the read of its times, its
+removal), the runner puts that backend back in the pool (``POST /admin/backends/ID/ready``; not when the gateway
+refused the drain itself with a 4xx: nothing was taken out), leaves its process running, and stops the update
+with outcome ``failed``: the new backends stay in the pool (both versions serve) and the failure goes into the
+backend's update record (``notes``, ``extra.failure``, ``extra.put_back``). When the backend cannot be put back,
+the failure names it and the command that does (``llmslo gateway ready ID --admin URL``).
 
 Standard library only; every wait is bounded; every address is on 127.0.0.1.
 """
@@ -63,6 +70,15 @@ HEALTH_POLL_S = 0.2
 
 class RolloutError(LlmsloError):
     """A plan that cannot run, or a step that failed (the message says which, and what the pool is left as)."""
+
+
+class _AdminCallFailed(RolloutError):
+    """A call to the gateway's admin API that failed: ``status`` is the HTTP status it answered (None when it
+    could not be reached or did not answer in time)."""
+
+    def __init__(self, message: str, status: int | None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -116,17 +132,16 @@ class RolloutPlan:
 
     def problems(self) -> list[str]:
         """Why the plan cannot run (empty: it can); the artefacts are checked by :func:`check_artifacts`."""
+        from llmslo.analysis.rollout import budget_verdict, overlap_verdict, part  # standard library only
+
         d = self.drain
-        out = []
-        if d.wait_budget_s > d.caller_timeout_s:
-            out.append(f"drain.wait_budget_s ({d.wait_budget_s:g} s) is above drain.caller_timeout_s "
-                       f"({d.caller_timeout_s:g} s): past the caller's timeout nobody waits for the answer; lower "
-                       "the budget to the timeout or less")
-        if d.soak_s + d.unregister_settle_s + d.wait_budget_s > d.max_overlap_window_s:
-            out.append(f"drain.soak_s + drain.unregister_settle_s + drain.wait_budget_s ({d.soak_s:g} + "
-                       f"{d.unregister_settle_s:g} + {d.wait_budget_s:g} s) is above drain.max_overlap_window_s "
-                       f"({d.max_overlap_window_s:g} s): the versions could overlap longer than allowed; raise the "
-                       "bound or lower the soak or the budget")
+        budget = budget_verdict(d.wait_budget_s, d.caller_timeout_s, prefix="drain.")
+        overlap = overlap_verdict(
+            [part("drain.soak_s", d.soak_s), part("drain.unregister_settle_s", d.unregister_settle_s),
+             part("drain.wait_budget_s", d.wait_budget_s)], d.max_overlap_window_s,
+            limit_name="drain.max_overlap_window_s",
+            fix="raise drain.max_overlap_window_s, or lower drain.soak_s or drain.wait_budget_s")
+        out = [f"{v.message}; {v.fix}" for v in (budget, overlap) if not v.holds]
         if self.from_version.version == self.to_version.version:
             out.append(f"from.version and to.version are both {self.from_version.version!r}: nothing to update")
         for name, spec in (("from", self.from_version), ("to", self.to_version)):
@@ -274,6 +289,10 @@ class BackendDrained:
     """From its removal from the pool to the last new request it received (seconds; 0: none after)."""
     stopped_pid: int | None
     note: str | None = None
+    failure: str | None = None
+    """Why its drain did not complete: a call to the gateway's admin API failed (None: it completed)."""
+    put_back: bool | None = None
+    """After a failure: whether it was put back in the pool (None: no failure, or nothing was taken out)."""
 
 
 @dataclass
@@ -290,7 +309,8 @@ class BatchResult:
     overlap_from_unix_s: float
     overlap_to_unix_s: float | None
     outcome: str
-    """``done``; or ``stopped``: a budget ran out and its backend was returned to the pool."""
+    """``done``; ``stopped``: a budget ran out and its backend was returned to the pool; ``failed``: a call to the
+    gateway's admin API failed during a drain (see each :class:`BackendDrained`'s ``failure``)."""
     started_unix_s: float = 0.0
 
     @property
@@ -309,7 +329,12 @@ class RolloutResult:
     started_unix_s: float = 0.0
     ended_unix_s: float | None = None
     outcome: str = "running"
-    """``done``, or ``stopped`` (a budget ran out: the update stopped with both versions in the pool)."""
+    """``done``; ``stopped`` (a budget ran out: the update stopped with both versions in the pool); ``failed``
+    (the gateway's admin API failed during a drain: the update stopped, ``failure`` says what the pool is left
+    as)."""
+    failure: str | None = None
+    """With ``failed``: what failed, what was put back in the pool, and what could not be (with the command that
+    puts it back)."""
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -334,11 +359,12 @@ class RolloutResult:
                     "rollback": {"triggered": self.rollback,
                                  "reason": "rollout run --rollback" if self.rollback else None},
                     "notes": f"llmslo rollout run: batch {batch.index} of {batch.of}, {batch.outcome}"
-                             + (f"; {d.note}" if d.note else ""),
+                             + (f"; {d.note}" if d.note else "") + (f"; failed: {d.failure}" if d.failure else ""),
                     "extra": {"removal_propagation_s": d.propagation_s, "backend": d.backend,
                               "new_backends": batch.new, "caller_timeout_s": plan.drain.caller_timeout_s,
                               "max_overlap_window_s": plan.drain.max_overlap_window_s,
-                              "terminate_on_budget": plan.drain.terminate_on_budget},
+                              "terminate_on_budget": plan.drain.terminate_on_budget,
+                              **({"failure": d.failure, "put_back": d.put_back} if d.failure else {})},
                 })
         return out
 
@@ -378,6 +404,11 @@ class RolloutRunner:
             done = self._batch(plan, index, len(batches), [str(b["id"]) for b in batch], [int(b["slots"]) for b
                                                                                           in batch])
             result.batches.append(done)
+            if done.outcome == "failed":
+                result.outcome = "failed"
+                result.failure = self._failure(plan, done)
+                self.say(result.failure)
+                break
             if done.outcome != "done":
                 result.outcome = "stopped"
                 break
@@ -416,13 +447,17 @@ class RolloutRunner:
         with ThreadPoolExecutor(max_workers=len(old)) as pool:
             drained = list(pool.map(lambda ident: self._drain(plan, ident), old))
         returned = [d.backend for d in drained if d.drain.get("decision") == "return_to_pool"]
-        closed = None if returned else time.time()
+        failed = [d for d in drained if d.failure is not None]
+        closed = None if returned or failed else time.time()
         for d in drained:
-            self.say(f"batch {index}/{of}: {d.backend} drained in {d.actual_drain_s:.2f} s "
-                     f"({d.drain.get('decision')}), {d.terminated} terminated, removal propagated in "
-                     f"{d.propagation_s:.3f} s" + (f"; {d.note}" if d.note else ""))
+            if d.failure is None:
+                self.say(f"batch {index}/{of}: {d.backend} drained in {d.actual_drain_s:.2f} s "
+                         f"({d.drain.get('decision')}), {d.terminated} terminated, removal propagated in "
+                         f"{d.propagation_s:.3f} s" + (f"; {d.note}" if d.note else ""))
         outcome = "done"
-        if returned:
+        if failed:
+            outcome = "failed"
+        elif returned:
             outcome = "stopped"
             self.say(f"batch {index}/{of}: the wait budget ran out on {', '.join(returned)}: returned to the "
                      "pool (terminate_on_budget is false); the update stops here with both versions serving")
@@ -459,19 +494,27 @@ class RolloutRunner:
                            "(start_timeout_s); the pool is unchanged")
 
     def _drain(self, plan: RolloutPlan, ident: str) -> BackendDrained:
+        """Drain ``ident``, read when it left the pool, take it out of the gateway and stop its process. When a
+        call to the admin API fails on the way, the backend is put back in the pool (see :meth:`_undo`)."""
         d = plan.drain
         body = {"budget_s": d.wait_budget_s, "settle_s": d.unregister_settle_s, "idle_s": d.idle_threshold_s,
                 "on_budget": "terminate" if d.terminate_on_budget else "return_to_pool"}
-        record = self._admin("POST", f"/admin/backends/{ident}/drain?wait=1", body,
-                             timeout_s=d.unregister_settle_s + d.wait_budget_s + 60.0)
-        status = self._admin("GET", f"/admin/backends/{ident}")
+        begun = time.monotonic()
+        record: dict[str, Any] | None = None
+        try:
+            record = self._admin("POST", f"/admin/backends/{ident}/drain?wait=1", body,
+                                 timeout_s=d.unregister_settle_s + d.wait_budget_s + 60.0)
+            status = self._admin("GET", f"/admin/backends/{ident}")
+            if record.get("decision") != "return_to_pool":
+                self._admin("DELETE", f"/admin/backends/{ident}")
+        except _AdminCallFailed as exc:
+            return self._undo(plan, ident, exc, record, time.monotonic() - begun)
         removed, last = status.get("removed_unix_s"), status.get("last_routed_unix_s")
         propagation = max(0.0, float(last) - float(removed)) if removed is not None and last is not None else 0.0
         pid = None
         note = None
         if record.get("decision") != "return_to_pool":
             url = str(status.get("url", ""))
-            self._admin("DELETE", f"/admin/backends/{ident}")
             port = int(url.rsplit(":", 1)[1]) if ":" in url.split("//", 1)[-1] else None
             pid = pid_listening_on(port) if port is not None else None
             if pid is None:
@@ -480,6 +523,45 @@ class RolloutRunner:
                 stop_pid(pid, plan.stop_timeout_s)
         return BackendDrained(ident, record, float(record["actual_drain_s"]), int(record["terminated"]),
                               propagation, pid, note)
+
+    def _undo(self, plan: RolloutPlan, ident: str, exc: _AdminCallFailed, record: dict[str, Any] | None,
+              elapsed_s: float) -> BackendDrained:
+        """After a failed admin call in the drain of ``ident``: put it back in the pool (``POST
+        /admin/backends/ID/ready``), unless the gateway refused the drain itself (an HTTP 4xx to it: nothing was
+        taken out). Its process is left running. ``elapsed_s``: from the drain request to the failure (seconds),
+        the drain time recorded when the gateway gave no drain record."""
+        refused = record is None and exc.status is not None and 400 <= exc.status < 500
+        if refused:
+            put_back: bool | None = None
+            failure = f"{exc}; the gateway refused the drain of {ident}: nothing was taken out of the pool"
+        else:
+            try:
+                self._admin("POST", f"/admin/backends/{ident}/ready", {})
+            except _AdminCallFailed as again:
+                put_back = False
+                failure = (f"{exc}; {ident} could not be put back in the pool ({again}): it is out of the pool "
+                           f"with its process running; put it back with: llmslo gateway ready {ident} --admin "
+                           f"{plan.admin_url}")
+            else:
+                put_back = True
+                failure = f"{exc}; {ident} was put back in the pool"
+        if record is None:  # the gateway gave no drain record: the plan's numbers and this runner's time
+            drain: dict[str, Any] = {"wait_budget_s": plan.drain.wait_budget_s,
+                                     "unregister_settle_s": plan.drain.unregister_settle_s,
+                                     "actual_drain_s": round(elapsed_s, 6)}
+        else:
+            drain = record
+        return BackendDrained(ident, drain, float(drain["actual_drain_s"]), int(drain.get("terminated") or 0),
+                              0.0, None, None, failure, put_back)
+
+    def _failure(self, plan: RolloutPlan, batch: BatchResult) -> str:
+        """The message of a batch whose drain failed: each failure, and what the pool is left as."""
+        failed = [d for d in batch.drained if d.failure is not None]
+        lines = "; ".join(f"{d.backend}: {d.failure}" for d in failed)
+        return (f"batch {batch.index}/{batch.of}: the gateway's admin API failed during the drain ({lines}). The "
+                f"new backend(s) {', '.join(batch.new)} ({plan.to_version.version}) stay in the pool: both versions "
+                f"serve. The update stops here; llmslo rollout run --rollback takes the pool back to "
+                f"{plan.from_version.version}")
 
     # ---- the admin API ----
 
@@ -504,10 +586,11 @@ class RolloutRunner:
                 return json.loads(reply.read() or b"null")
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:500].decode("utf-8", "replace")
-            raise RolloutError(f"the gateway's admin API answered {exc.code} to {method} {path}: {detail}") from None
+            raise _AdminCallFailed(f"the gateway's admin API answered {exc.code} to {method} {path}: {detail}",
+                                   exc.code) from None
         except (urllib.error.URLError, OSError) as exc:
-            raise RolloutError(f"the gateway's admin API at {self.plan.admin_url} cannot be reached for {method} "
-                               f"{path} ({getattr(exc, 'reason', exc)})") from None
+            raise _AdminCallFailed(f"the gateway's admin API at {self.plan.admin_url} cannot be reached for "
+                                   f"{method} {path} ({getattr(exc, 'reason', exc)})", None) from None
 
 
 def stop_pid(pid: int, timeout_s: float) -> None:

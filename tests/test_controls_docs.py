@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -24,3 +25,11 @@ def test_the_example_with_every_control_serves_limits_queues_and_drains(capsys: 
     refusals = lines[:-1]
     assert len(refusals) == 10 and all(re.fullmatch(r"r\d+: 429 (queue_full|rate_limited), Retry-After \d+ s", r)
                                        for r in refusals), refusals
+
+
+def test_the_queue_shed_levels_example_prints_what_its_comment_says(capsys: pytest.CaptureFixture[str]) -> None:
+    code = textwrap.dedent(next(b for b in _blocks() if "queue_shed_levels(" in b))  # inside a list item
+    exec(compile(code, "docs/controls.md", "exec"), {"__name__": "docs_example"})
+    printed = capsys.readouterr().out.strip()
+    said = re.search(r"print\(levels\)  # (.*)", code)
+    assert said is not None and printed == said.group(1)

@@ -24,7 +24,11 @@ def test_a_backend_added_takes_requests_once_healthy_and_one_removed_takes_none(
                 added = await admin.post("/admin/backends", json={"id": "n1", "url": new.url, "version": "v2"})
                 assert added.status_code == 201, added.text
                 assert added.json()["routable"] is True and added.json()["version"] == "v2"
-                assert (await admin.post("/admin/backends", json={"id": "n1", "url": new.url})).status_code == 409
+                taken = await admin.post("/admin/backends", json={"id": "n1", "url": "http://127.0.0.1:9"})
+                assert taken.status_code == 409, taken.text  # one check, the pool's: its message, with the fix
+                assert taken.json()["error"]["message"] == "backend id 'n1' is taken; pick another"
+                assert taken.json()["error"]["type"] == "conflict"
+                assert gw.pool.backends["n1"].spec.url == new.url  # the backend holding the id is unchanged
                 bad = await admin.post("/admin/backends", json={"id": "n2", "url": new.url, "slot": 2})
                 assert bad.status_code == 400 and "unknown field(s) slot" in bad.text
                 assert "n2" not in gw.pool.backends

@@ -27,3 +27,16 @@ def test_importing_the_load_generator_loads_no_analysis_stack_cli_or_server() ->
     code = f"import sys, llmslo.loadgen\nprint(','.join(m for m in {FORBIDDEN!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "", f"import llmslo.loadgen loaded {out.stdout.strip()}"
+
+
+def test_the_request_id_pattern_is_defined_once_in_telemetry_not_again_here() -> None:
+    import importlib
+    import pkgutil
+    import re
+
+    from llmslo.telemetry._middleware import REQUEST_ID
+
+    copies = [f"{info.name}.{name}" for info in pkgutil.iter_modules(loadgen.__path__, "llmslo.loadgen.")
+              for name, value in vars(importlib.import_module(info.name)).items()
+              if isinstance(value, re.Pattern) and value.pattern == REQUEST_ID.pattern]
+    assert not copies, f"{copies} repeat llmslo.telemetry's request-id pattern: use llmslo.telemetry.valid_request_id"

@@ -37,13 +37,15 @@ def _refusal(plan: dict[str, Any]) -> str:
 
 def test_a_budget_past_the_callers_timeout_is_refused_naming_both(tmp_path: Path) -> None:
     message = _refusal(_plan(tmp_path, wait_budget_s=45))
-    assert "drain.wait_budget_s (45 s) is above drain.caller_timeout_s (30 s)" in message
+    assert "drain.wait_budget_s 45 s exceeds drain.caller_timeout_s 30 s: the callers give up before the drain " \
+           "does; lower drain.wait_budget_s to at most 30" in message
     assert not (tmp_path / "logs").exists()  # nothing was started
 
 
 def test_a_budget_the_overlap_bound_cannot_hold_is_refused(tmp_path: Path) -> None:
     message = _refusal(_plan(tmp_path, unregister_settle_s=5, max_overlap_window_s=12))
-    assert "(0 + 5 + 10 s) is above drain.max_overlap_window_s (12 s)" in message
+    assert "drain.soak_s 0 s + drain.unregister_settle_s 5 s + drain.wait_budget_s 10 s = 15 s exceeds " \
+           "drain.max_overlap_window_s 12 s" in message
 
 
 def test_missing_or_changed_artefacts_refuse_the_update_so_a_rollback_stays_possible(tmp_path: Path) -> None:
@@ -97,12 +99,12 @@ def test_the_command_refuses_a_bad_plan_from_a_plain_folder(tmp_path: Path) -> N
     done = subprocess.run([sys.executable, "-m", "llmslo.cli", "rollout", "run", "--plan", "plan.json"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
-    assert "the plan cannot run: drain.wait_budget_s (45 s) is above drain.caller_timeout_s (30 s)" in done.stderr
+    assert "the plan cannot run: drain.wait_budget_s 45 s exceeds drain.caller_timeout_s 30 s" in done.stderr
     assert not (tmp_path / "logs").exists()
 
 
 def test_a_soak_counts_in_the_overlap_bound(tmp_path: Path) -> None:
     message = _refusal(_plan(tmp_path, soak_s=50, unregister_settle_s=1, max_overlap_window_s=60))
-    assert "drain.soak_s + drain.unregister_settle_s + drain.wait_budget_s (50 + 1 + 10 s) is above " \
-           "drain.max_overlap_window_s (60 s)" in message
+    assert "drain.soak_s 50 s + drain.unregister_settle_s 1 s + drain.wait_budget_s 10 s = 61 s exceeds " \
+           "drain.max_overlap_window_s 60 s" in message
     assert plan_from_dict(_plan(tmp_path, soak_s=5)).drain.soak_s == 5.0

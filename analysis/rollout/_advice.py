@@ -30,7 +30,8 @@ to the budget). :func:`advise_wait_budget` reads all three from the store:
 :func:`check_drain_config` validates a drain configuration (the keys of ``llmslo.controls.DrainConfig``
 plus ``overlap_window_s``, ``batches``, ``termination_grace_period_s`` and ``exit_margin_s``) against the
 rules of the update: budget ≤ caller timeout, idle threshold above the observed p99.9 inter-token gap,
-overlap window ≥ update window, and Kubernetes' grace period ≥ settle + budget + exit margin.
+overlap window ≥ update window, and Kubernetes' grace period ≥ settle + budget + exit margin. The three of the
+``need <= limit`` shape are :mod:`._rules`' (their one home, shared with ``llmslo.ops``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ import duckdb
 
 from llmslo.analysis.report import km_quantiles, quantile_label
 from llmslo.analysis.rollout._records import RolloutInputError, UpdateRecord, list_updates
+from llmslo.analysis.rollout._rules import (
+    RuleVerdict,
+    budget_verdict,
+    grace_verdict,
+    update_window_verdict,
+)
 from llmslo.analysis.store import SUMMARY_TABLE
 
 CENSORING_REASONS: tuple[str, ...] = ("client_cancel", "deadline", "server_draining")
@@ -420,8 +427,8 @@ def advise_wait_budget(
             notes.append(f"{k}: so many long requests were cut that the {quantile_label(q)} duration is unbounded "
                          f"(at least {f.at_least_s or 0.0:g} s)")
     chosen = recommended if asked is None else asked
-    if asked is not None and asked > timeout:
-        notes.append(f"budget {asked:g} s exceeds the caller timeout ({timeout:g} s): callers give up first")
+    if asked is not None and not (over := budget_verdict(asked, timeout)).holds:
+        notes.append(over.message)
     surv = _survival_at(con, source, params, chosen)
 
     def fit(kind: Kind) -> DurationFit:
@@ -531,17 +538,21 @@ def _parse_config(config: Mapping[str, object]) -> _Config:
     )
 
 
+def _bound_check(rule: str, values: Mapping[str, float | int | None], verdict: RuleVerdict | None,
+                 skipped: str) -> DrainCheck:
+    """A ``need <= limit`` rule of :mod:`._rules` as a :class:`DrainCheck`: ``skipped`` (with that message) when
+    its limit is not set (``verdict`` None), else passed or failed as the verdict says."""
+    if verdict is None:
+        return DrainCheck(rule, "skipped", values, skipped)
+    return DrainCheck(rule, "pass" if verdict.holds else "fail", values, verdict.message, verdict.fix)
+
+
 def _budget_rule(cfg: _Config) -> DrainCheck:
-    rule, budget, timeout = DRAIN_RULES[0], cfg.wait_budget_s, cfg.caller_timeout_s
-    values = {"wait_budget_s": budget, "caller_timeout_s": timeout}
-    if timeout is None:
-        return DrainCheck(rule, "skipped", values, "caller_timeout_s is not set: set it to the callers' timeout "
-                                                   "(seconds) to check the budget against it")
-    if budget <= timeout:
-        return DrainCheck(rule, "pass", values, f"wait_budget_s {budget:g} s <= caller_timeout_s {timeout:g} s")
-    return DrainCheck(rule, "fail", values,
-                      f"wait_budget_s {budget:g} s exceeds caller_timeout_s {timeout:g} s: the callers give up "
-                      "before the drain does", f"lower wait_budget_s to at most {timeout:g}")
+    budget, timeout = cfg.wait_budget_s, cfg.caller_timeout_s
+    return _bound_check(DRAIN_RULES[0], {"wait_budget_s": budget, "caller_timeout_s": timeout},
+                        None if timeout is None else budget_verdict(budget, timeout),
+                        "caller_timeout_s is not set: set it to the callers' timeout (seconds) to check the budget "
+                        "against it")
 
 
 def _stored_gap(con: duckdb.DuckDBPyConnection) -> tuple[float | None, int]:
@@ -577,39 +588,25 @@ def _idle_rule(cfg: _Config, con: duckdb.DuckDBPyConnection | None) -> DrainChec
 
 
 def _overlap_rule(cfg: _Config) -> DrainCheck:
-    rule, overlap = DRAIN_RULES[2], cfg.overlap_window_s
-    window = cfg.batches * (cfg.unregister_settle_s + cfg.wait_budget_s)
+    overlap, window = cfg.overlap_window_s, cfg.batches * (cfg.unregister_settle_s + cfg.wait_budget_s)
     values = {"overlap_window_s": overlap, "update_window_s": window, "batches": cfg.batches,
               "unregister_settle_s": cfg.unregister_settle_s, "wait_budget_s": cfg.wait_budget_s}
-    if overlap is None:
-        return DrainCheck(rule, "skipped", values, "overlap_window_s is not set: set how long the previous "
-                                                   "version is kept (seconds) to check it")
-    formula = (f"update window {window:g} s = {cfg.batches} batches x (unregister_settle_s "
-               f"{cfg.unregister_settle_s:g} s + wait_budget_s {cfg.wait_budget_s:g} s)")
-    if overlap >= window:
-        return DrainCheck(rule, "pass", values, f"overlap_window_s {overlap:g} s >= {formula}")
-    return DrainCheck(rule, "fail", values,
-                      f"overlap_window_s {overlap:g} s is shorter than the {formula}: the previous version would "
-                      "be gone before the update can end or roll back",
-                      f"raise overlap_window_s to at least {window:g}, or lower wait_budget_s or batches")
+    verdict = None if overlap is None else update_window_verdict(cfg.batches, cfg.unregister_settle_s,
+                                                                 cfg.wait_budget_s, overlap)
+    return _bound_check(DRAIN_RULES[2], values, verdict, "overlap_window_s is not set: set how long the previous "
+                                                         "version is kept (seconds) to check it")
 
 
 def _grace_rule(cfg: _Config) -> DrainCheck:
-    rule, grace = DRAIN_RULES[3], cfg.termination_grace_period_s
-    need = cfg.unregister_settle_s + cfg.wait_budget_s + cfg.exit_margin_s
-    values = {"termination_grace_period_s": grace, "needed_s": need, "unregister_settle_s": cfg.unregister_settle_s,
-              "wait_budget_s": cfg.wait_budget_s, "exit_margin_s": cfg.exit_margin_s}
-    if grace is None:
-        return DrainCheck(rule, "skipped", values, "termination_grace_period_s is not set: set the pods' "
-                                                   "terminationGracePeriodSeconds to check it against the drain")
-    formula = (f"unregister_settle_s {cfg.unregister_settle_s:g} s + wait_budget_s {cfg.wait_budget_s:g} s + "
-               f"exit_margin_s {cfg.exit_margin_s:g} s = {need:g} s")
-    if grace >= need:
-        return DrainCheck(rule, "pass", values, f"termination_grace_period_s {grace:g} s >= {formula}")
-    return DrainCheck(rule, "fail", values,
-                      f"termination_grace_period_s {grace:g} s is shorter than {formula}: Kubernetes kills the "
-                      "pod before its drain and exit end", f"raise termination_grace_period_s to at least "
-                      f"{math.ceil(need):g}, or lower wait_budget_s")
+    grace = cfg.termination_grace_period_s
+    values = {"termination_grace_period_s": grace,
+              "needed_s": cfg.unregister_settle_s + cfg.wait_budget_s + cfg.exit_margin_s,
+              "unregister_settle_s": cfg.unregister_settle_s, "wait_budget_s": cfg.wait_budget_s,
+              "exit_margin_s": cfg.exit_margin_s}
+    verdict = None if grace is None else grace_verdict(cfg.unregister_settle_s, cfg.wait_budget_s,
+                                                       cfg.exit_margin_s, grace)
+    return _bound_check(DRAIN_RULES[3], values, verdict, "termination_grace_period_s is not set: set the pods' "
+                                                         "terminationGracePeriodSeconds to check it against the drain")
 
 
 def evaluate_drain_config(config: Mapping[str, object], *,
