@@ -193,13 +193,16 @@ def start_upstream(folder: Path, speed: float, *extra: str) -> Proc:
     return Proc("upstream", f"http://127.0.0.1:{port}", proc, log)
 
 
-def start_gateway(folder: Path, upstream: Proc) -> Proc:
-    """``llmslo gateway --backend UPSTREAM --port 0 --admin-port 0 --concurrency 1000 --max-queue 1000``."""
-    log = folder / "llmslo-gateway.log"
+def start_gateway(folder: Path, upstream: Proc, loop: str = "auto") -> Proc:
+    """``llmslo gateway --backend UPSTREAM --port 0 --admin-port 0 --concurrency 1000 --max-queue 1000`` on the
+    event loop ``loop`` (``LLMSLO_LOOP``: ``auto`` is uvloop where installed; the proxy is named ``llmslo``, else
+    ``llmslo-<loop>``)."""
+    name = "llmslo" if loop == "auto" else f"llmslo-{loop}"
+    log = folder / f"{name}-gateway.log"
     proc = _spawn([*_llmslo(), "gateway", "--backend", upstream.url, "--port", "0", "--admin-port", "0",
-                   "--concurrency", "1000", "--max-queue", "1000"], log, folder)
+                   "--concurrency", "1000", "--max-queue", "1000"], log, folder, env={"LLMSLO_LOOP": loop})
     port = int(_wait_line(proc, log, GATEWAY_READY, "llmslo gateway").group(1))
-    p = Proc("llmslo", f"http://127.0.0.1:{port}", proc, log)
+    p = Proc(name, f"http://127.0.0.1:{port}", proc, log)
     wait_answers(p, "/ready")
     return p
 

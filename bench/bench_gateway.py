@@ -82,7 +82,9 @@ from llmslo.bench._util import median, spread, table, temp_dir
 from llmslo.gateway._http import ChunkedDecoder
 
 MODEL = "llmslo-sim"
-PROXIES = ("llmslo", "envoy", "litellm")
+PROXIES = ("llmslo", "llmslo-asyncio", "envoy", "litellm")
+"""``llmslo``: the gateway as installed (uvloop's event loop where uvloop is installed); ``llmslo-asyncio``: the
+same gateway on asyncio's own loop (``LLMSLO_LOOP=asyncio``)."""
 PACES = {"paced": 1.0, "fast": 1000.0}
 """The upstream's ``--speed`` per pace."""
 LONG, SHORT = 200, 20
@@ -242,6 +244,8 @@ def start_proxies(folder: Path, upstream: px.Proc, names: Sequence[str], litellm
             got: px.Proc | px.Missing
             if name == "llmslo":
                 got = px.start_gateway(folder, upstream)
+            elif name == "llmslo-asyncio":
+                got = px.start_gateway(folder, upstream, loop="asyncio")
             elif name == "envoy":
                 got = px.start_envoy(folder, upstream)
             else:
@@ -376,7 +380,8 @@ def _shown(key: str, value: float | None) -> object:
 
 def scenario_table(sc: Scenario, figs: dict[str, dict[str, float]], proxies: Sequence[str]) -> str:
     shown = [p for p in proxies if p in figs]
-    pairs = [(a, b) for a, b in (("llmslo", "envoy"), ("llmslo", "litellm"), ("envoy", "litellm"))
+    pairs = [(a, b) for a, b in (("llmslo", "envoy"), ("llmslo", "llmslo-asyncio"), ("llmslo", "litellm"),
+                                 ("envoy", "litellm"))
              if a in figs and b in figs]
     headers = ["figure", "direct", *shown, *(f"{a} / {b}" for a, b in pairs)]
     rows: list[list[object]] = []

@@ -120,7 +120,11 @@ def run_gateway(
         "--jsonl", help="Write the request summaries as rotated JSONL files in this folder.",
         show_default=False)] = None,
 ) -> None:
-    """Run the gateway until SIGTERM (drained first: /ready 503, the settle time, the requests in flight)."""
+    """Run the gateway until SIGTERM (drained first: /ready 503, the settle time, the requests in flight).
+
+    It runs on uvloop's event loop where uvloop is installed (pip install 'llmslo[gateway]'), else on asyncio's;
+    LLMSLO_LOOP=asyncio|uvloop|auto chooses, and the ready line says which.
+    """
     if ctx.invoked_subcommand is not None:
         return
     from llmslo.gateway import BudgetConfig, GatewayConfig, backend_from_arg, load_pool
@@ -171,9 +175,13 @@ def _required(flag: str, text: str, *, zero: bool = False) -> float:
 def _run(config: GatewayConfig, version: str, writer: SummaryWriter | None) -> None:
     import asyncio
 
-    from llmslo.gateway import Gateway, serve
+    from llmslo.gateway import Gateway, event_loop_factory, loop_name, serve
     from llmslo.telemetry import SummarySink, Telemetry
 
+    try:
+        loop_factory = event_loop_factory()  # LLMSLO_LOOP
+    except ConfigurationError as exc:
+        raise _fail(str(exc), EXIT_USAGE) from None
     sink = SummarySink(writer) if writer is not None else None
     tel = Telemetry(version=version, sink=sink)
 
@@ -181,13 +189,14 @@ def _run(config: GatewayConfig, version: str, writer: SummaryWriter | None) -> N
         states = ", ".join(f"{b.id} {b.spec.url} ({'healthy' if b.healthy else 'unhealthy'})"
                            for b in gw.pool.backends.values())
         print(f"gateway on http://{config.host}:{gw.port} (admin http://127.0.0.1:{gw.admin_port}); "
-              f"backends: {states}", flush=True)
+              f"backends: {states}; event loop: {loop_name(asyncio.get_running_loop())}", flush=True)
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
     try:
-        result = asyncio.run(serve(config, tel, say=say, on_ready=ready))
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            result = runner.run(serve(config, tel, say=say, on_ready=ready))
     except OSError as exc:
         raise _fail(f"cannot listen on {config.host}:{config.port} or admin port {config.admin_port}: "
                     f"{exc.strerror or exc}", EXIT_INPUT) from None

@@ -16,6 +16,7 @@ request. ``docs/gateway.md`` is the tour.
 """
 
 from llmslo.gateway._config import BackendSpec, BudgetConfig, GatewayConfig, backend_from_arg, load_pool
+from llmslo.gateway._loop import LOOP_CHOICES, event_loop_factory, loop_name
 from llmslo.gateway._metrics import PoolCollector
 from llmslo.gateway._pool import Backend, Pool
 from llmslo.gateway._proxy import GatewayApp
@@ -29,9 +30,12 @@ __all__ = [
     "GatewayApp",
     "GatewayConfig",
     "GatewayResult",
+    "LOOP_CHOICES",
     "Pool",
     "PoolCollector",
     "backend_from_arg",
+    "event_loop_factory",
     "load_pool",
+    "loop_name",
     "serve",
 ]

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 MAX_HEAD_BYTES = 64 * 1024
 """The longest request or response head (request line and headers), bytes."""
@@ -138,8 +139,8 @@ class FrontConnection(asyncio.Protocol):
     # ---- asyncio.Protocol ---------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # a stream transport (asyncio's, or uvloop's, which is not a subclass of asyncio.Transport)
+        self.transport = transport = cast(asyncio.Transport, transport)
         transport.set_write_buffer_limits(high=WRITE_HIGH_BYTES)
         if self._on_open is not None:
             self._on_open(self)
