@@ -192,12 +192,16 @@ class RecoveryReport:
 
 # ---- the writer --------------------------------------------------------------------------------------------
 
-# An open request as the journal's thread holds it: a list (cheaper to make than an object, one per request)
-# of what open_request queued (a checkpoint writes its "o" line again from it: keeping the line itself would
-# hold a hundred bytes more per open request), its progress source, its last progress (the JSON 6-array) or
-# None, whether it ended, the last time it was known in flight (Unix microseconds) when that is not the run's
-# last time, its id as a JSON string, and the last time its progress was read (Unix microseconds) or None.
-_OPENED, _SOURCE, _FIGURES, _ENDED, _KNOWN, _ID, _READ = range(7)
+# An open request as the journal's thread holds it, from its open to its close: one list (cheaper to make than an
+# object) of what open_request queued (a checkpoint writes its "o" line again from it: keeping the line itself
+# would hold a hundred bytes more per open request) with its progress source, set to None once the request ended
+# (so that a finished request's tracker is not kept alive until its summary is written), then its last progress
+# (the JSON 6-array) or None, whether it ended, the last time it was known in flight (Unix microseconds) when that
+# is not the run's last time, its id as a JSON string, and the last time its progress was read (Unix
+# microseconds) or None.
+_RID, _ARRIVAL, _MODEL, _VERSION, _TENANT, _PROMPT, _SOURCE, _FIGURES, _ENDED, _KNOWN, _ID, _READ = range(12)
+# (the hot loops of _take write these numbers out)
+assert (_SOURCE, _ENDED, _KNOWN, _ID) == (6, 8, 9, 10)
 # A progress, formatted with % on the journal's thread (its six numbers: printf-style formatting of a whole tuple
 # costs less than an f-string per number). %d of a float truncates: "+ 0.5" first makes it round. An "o" line is
 # an f-string of whole numbers (:func:`_open_line`): 90 ns less per request than % of a float.
@@ -281,11 +285,11 @@ class Journal:
             state = read_journal(self.folder)
             self.carried = len(state.pending)
             for e in state.pending:
-                rid = _encode(e.request_id)
-                opened = (e.request_id, e.arrival_unix_s, e.model, e.version, e.tenant_class, e.prompt_tokens, None)
                 figures = None if e.progress is None else _figures(e.progress)
                 read = None if e.read_unix_s is None else _micros(e.read_unix_s)
-                self._open[e.request_id] = [opened, None, figures, e.ended, _micros(e.known_until_unix_s), rid, read]
+                self._open[e.request_id] = [e.request_id, e.arrival_unix_s, e.model, e.version, e.tenant_class,
+                                            e.prompt_tokens, None, figures, e.ended, _micros(e.known_until_unix_s),
+                                            _encode(e.request_id), read]
             self._segment = state.last_segment
             with self._write_lock:
                 self._start_segment()
@@ -406,16 +410,24 @@ class Journal:
         if n_ends:
             get, take, known = live.get, self._ends.popleft, self._last_t
             ended: list[str] = []
+            add = ended.append
             for _ in range(n_ends):
                 o = get(take())
-                if o is not None and not o[_ENDED]:
-                    o[_SOURCE], o[_ENDED], o[_KNOWN] = None, True, known
-                    ended.append(o[_ID])
+                if o is not None and not o[8]:  # _ENDED
+                    o[6] = None  # _SOURCE
+                    o[8] = True  # _ENDED
+                    o[9] = known  # _KNOWN
+                    add(o[10])  # _ID
             if ended:
                 lines.append('{"d":[' + ",".join(ended) + "]}\n")
         if n_closes:
             pop, take = live.pop, self._closes.popleft
-            closed = [o[_ID] for o in (pop(take(), None) for _ in range(n_closes)) if o is not None]
+            closed: list[str] = []
+            add = closed.append
+            for _ in range(n_closes):
+                o = pop(take(), None)
+                if o is not None:
+                    add(o[10])  # _ID
             if closed:
                 lines.append('{"x":[' + ",".join(closed) + "]}\n")
         return opened
@@ -454,7 +466,7 @@ class Journal:
             if len(line) > longest:
                 too_long += 1
                 continue
-            live[rid] = [item, source, None, False, None, erid, None]
+            live[rid] = [rid, arrival, model, version, tenant, prompt, source, None, False, None, erid, None]
             append(line)
             opened += 1
         if full:
@@ -503,8 +515,7 @@ class Journal:
         now = _micros(self.clock_unix_s())
         parts = [json.dumps({"journal": JOURNAL_FORMAT, "run": self._run, "segment": self._segment, "t": now},
                             separators=(",", ":")) + "\n"]
-        for opened, source, figures, ended, known, rid, read in self._open.values():
-            _, arrival, model, version, tenant, prompt, _ = opened
+        for _, arrival, model, version, tenant, prompt, source, figures, ended, known, rid, read in self._open.values():
             extra = "" if figures is None else ',"g":' + figures
             if read is not None:
                 extra += f',"r":{read}'

@@ -544,3 +544,24 @@ def test_ingest_recover_is_refused_while_a_server_writes_the_journal(tmp_path: P
     assert f"in use by process {os.getpid()} (a running server writes it): recover it once that server has stopped" \
         in said, said
     assert not (tmp_path / "s.duckdb").exists()  # refused before anything changed
+
+
+def test_an_ended_request_holds_no_reference_to_its_progress_source(tmp_path: Path, journals: Any) -> None:
+    import gc
+    import weakref
+
+    class Source:
+        def progress(self) -> tuple[int, int, int, None, None, None]:
+            return (3, 1, 1, None, None, None)
+
+    j = journals(tmp_path / "j")
+    source = Source()
+    gone = weakref.ref(source)
+    j.open_request("r", T0, "m", "v", "default", 3, source.progress)
+    j.flush()
+    j.end_request("r")
+    j.flush()  # ended, its summary not yet written: still open in the journal
+    del source
+    gc.collect()
+    assert gone() is None  # the request's tracker is not kept alive until its summary is written
+    assert [e.request_id for e in read_journal(tmp_path / "j").pending] == ["r"]
