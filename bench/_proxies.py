@@ -184,10 +184,13 @@ def _llmslo() -> list[str]:
     return [sys.executable, "-m", "llmslo.cli"]
 
 
-def start_upstream(folder: Path, speed: float, *extra: str) -> Proc:
-    """``llmslo serve --no-telemetry --speed SPEED --port 0`` (the port it printed)."""
+def start_upstream(folder: Path, speed: float, *extra: str, summaries: Path | None = None) -> Proc:
+    """``llmslo serve --no-telemetry --speed SPEED --port 0`` (the port it printed); with ``summaries``, ``llmslo
+    serve --jsonl SUMMARIES`` instead: its telemetry on, one summary per request written there (each with the
+    engine's own TTFT, on the request id the client sent)."""
     log = folder / f"upstream-{speed:g}.log"
-    proc = _spawn([*_llmslo(), "serve", "--no-telemetry", "--port", "0", "--speed", f"{speed:g}", *extra], log,
+    telemetry = ["--no-telemetry"] if summaries is None else ["--jsonl", str(summaries)]
+    proc = _spawn([*_llmslo(), "serve", *telemetry, "--port", "0", "--speed", f"{speed:g}", *extra], log,
                   folder)
     port = int(_wait_line(proc, log, UPSTREAM_READY, "llmslo serve").group(1))
     return Proc("upstream", f"http://127.0.0.1:{port}", proc, log)
