@@ -38,6 +38,10 @@ class BackendSpec:
     version: str = "unknown"
     slots: int = 1
     models: tuple[str, ...] = ()
+    host: str = field(init=False, default="", compare=False, repr=False)
+    """The host of :attr:`url` (read from it once: every request connects to it)."""
+    port: int = field(init=False, default=0, compare=False, repr=False)
+    """The port of :attr:`url`."""
 
     def __post_init__(self) -> None:
         where = f"backend {self.id!r}"
@@ -45,6 +49,8 @@ class BackendSpec:
             raise ConfigurationError(f"backend id: {self.id!r} is not 1 to 32 of A-Z a-z 0-9 . _ -; rename it")
         host, port = _host_port(self.url, where)
         object.__setattr__(self, "url", f"http://{host}:{port}")
+        object.__setattr__(self, "host", host)
+        object.__setattr__(self, "port", port)
         if not isinstance(self.version, str) or not self.version or len(self.version) > 64:
             raise ConfigurationError(f"{where}: version must be 1 to 64 characters, got {self.version!r}")
         if isinstance(self.slots, bool) or not isinstance(self.slots, int) or not 1 <= self.slots <= 4096:
@@ -53,14 +59,6 @@ class BackendSpec:
         if isinstance(models, str) or not all(isinstance(m, str) and m for m in models):
             raise ConfigurationError(f"{where}: models must be a list of model names, got {models!r}")
         object.__setattr__(self, "models", tuple(models))
-
-    @property
-    def host(self) -> str:
-        return _host_port(self.url, self.id)[0]
-
-    @property
-    def port(self) -> int:
-        return _host_port(self.url, self.id)[1]
 
     def serves(self, model: str) -> bool:
         """Whether this backend serves ``model`` (a backend with no list serves any)."""
