@@ -21,6 +21,8 @@ from llmslo.analysis.rollout import validate_update
 from llmslo.cli._app import app
 from llmslo.ops import RolloutResult, RolloutRunner, plan_from_dict, stop_process
 
+pytestmark = pytest.mark.slow  # the runner starts each new version as a process (python -m http.server)
+
 OLD = "v1-a"
 DRAINED = {"wait_budget_s": 1.0, "unregister_settle_s": 0.0, "actual_drain_s": 0.02, "in_flight_at_start": 0,
            "closed_by_reason": {}, "ended_by_reason": {}, "terminated": 0, "timed_out": 0, "requeued": 0,
