@@ -57,8 +57,12 @@ def run_gateway(
         "--backend", help="A backend, [ID=]URL[@VERSION], e.g. a=http://127.0.0.1:8001@b4000; repeat for more.",
         show_default=False)] = None,
     pool: Annotated[Path | None, typer.Option(
-        "--pool", help="A pool file (YAML: backends with id, url, version, slots, models).",
+        "--pool", help="A pool file (YAML: backends with id, url, version, slots, models, engine, metrics_path).",
         show_default=False)] = None,
+    engine_metrics: Annotated[str | None, typer.Option(
+        "--engine-metrics", help="The engine every --backend runs (llamacpp, nim, sglang, tgi, trtllm, vllm): "
+        "route on its own queue and KV usage, read from its /metrics each second; in a pool file: engine: per "
+        "backend. Default: outstanding requests alone.", metavar="ENGINE", show_default=False)] = None,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="TCP port; 0 picks a free one (printed when ready).")] = 8080,
     admin_port: Annotated[int, typer.Option(
@@ -136,11 +140,13 @@ def run_gateway(
         raise _fail("--backend and --pool: choose one", EXIT_USAGE)
     if db is not None and jsonl is not None:
         raise _fail("--db and --jsonl: choose one place for the summaries", EXIT_USAGE)
+    _check_engine_metrics(engine_metrics, pool)
     try:
         if pool is not None:
             backends = load_pool(pool)
         else:
-            backends = tuple(backend_from_arg(text, i) for i, text in enumerate(backend or (), start=1))
+            backends = tuple(backend_from_arg(text, i, engine=engine_metrics)
+                             for i, text in enumerate(backend or (), start=1))
     except ConfigurationError as exc:
         raise _fail(f"{'--pool' if pool is not None else '--backend'}: {exc}", EXIT_USAGE) from None
     try:
@@ -164,6 +170,20 @@ def run_gateway(
         raise _fail(str(exc), EXIT_USAGE) from None
     writer = _writer(db, jsonl)
     _run(config, version, writer)
+
+
+def _check_engine_metrics(engine: str | None, pool: Path | None) -> None:
+    """Refuse an ``--engine-metrics`` that names no known engine, or that comes with ``--pool``."""
+    from llmslo.gateway import ENGINE_CHOICES
+
+    if engine is None:
+        return
+    if pool is not None:
+        raise _fail("--engine-metrics applies to --backend; in a pool file set engine: on each backend instead",
+                    EXIT_USAGE)
+    if engine not in ENGINE_CHOICES:
+        raise _fail(f"--engine-metrics: {engine!r} is not a known engine; use one of {', '.join(ENGINE_CHOICES)}",
+                    EXIT_USAGE)
 
 
 def _required(flag: str, text: str, *, zero: bool = False) -> float:
@@ -234,7 +254,23 @@ def _backend_line(b: dict[str, object]) -> str:
                                                  ("out of the pool" if not b.get("in_pool") else
                                                   ("breaker open" if b.get("breaker") == "open" else "unhealthy")))
     return (f"{b.get('id')}  {b.get('url')}  version {b.get('version')}  {state}  breaker {b.get('breaker')}  "
-            f"outstanding {b.get('outstanding')}  served {b.get('served')}")
+            f"outstanding {b.get('outstanding')}  served {b.get('served')}{_engine_part(b)}")
+
+
+def _engine_part(b: dict[str, object]) -> str:
+    """The engine's own load in a status line (empty when the gateway does not read it)."""
+    if not b.get("engine"):
+        return ""
+    age = b.get("engine_read_age_s")
+    if not isinstance(age, int | float):
+        return f"  engine {b.get('engine')}: not read yet ({b.get('engine_last_error') or 'no read so far'})"
+    kv = b.get("engine_kv_usage")
+    kv_text = f"{kv:.0%}" if isinstance(kv, int | float) else "n/a"
+    error = b.get("engine_last_error")
+    stale = "" if b.get("engine_fresh") else \
+        f" (stale: routing on outstanding requests{f'; {error}' if error else ''})"
+    return (f"  engine {b.get('engine')}: waiting {b.get('engine_waiting'):g} running {b.get('engine_running'):g} "
+            f"kv {kv_text}, read {age:.1f} s ago{stale}")
 
 
 @gateway_app.command("status")

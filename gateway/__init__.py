@@ -2,20 +2,28 @@
 
 Admission before anything reaches an engine (the gateway's drain, token and request budgets per API key
 reserved and settled, a bounded priority queue with shedding and a measured ``Retry-After``), routing over ready
-backends (power of two choices on outstanding requests per slot), a breaker per backend on stream health, retries
+backends (power of two choices on outstanding requests per slot, or on the engines' own queues read from their
+``/metrics`` through the engine profiles), a breaker per backend on stream health, retries
 only for requests that sent their client nothing, streams passed on byte for byte with a last event whenever the
 gateway ends one itself, a drain per backend in the order of the definitions, and one request summary per
 request. ``docs/gateway.md`` is the tour.
 
 - :class:`GatewayConfig`, :class:`BackendSpec`, :class:`BudgetConfig`, :func:`load_pool`,
-  :func:`backend_from_arg`: the configuration;
+  :func:`backend_from_arg`, :data:`ENGINE_CHOICES`: the configuration;
 - :class:`Gateway`: one running gateway (front server, admin API, health checks); :func:`serve` runs one until
   SIGTERM;
 - :class:`GatewayApp`: the request path; :class:`Pool`, :class:`Backend`: the backends; :class:`PoolCollector`:
   their series (``llmslo_backend_*``) at each scrape.
 """
 
-from llmslo.gateway._config import BackendSpec, BudgetConfig, GatewayConfig, backend_from_arg, load_pool
+from llmslo.gateway._config import (
+    ENGINE_CHOICES,
+    BackendSpec,
+    BudgetConfig,
+    GatewayConfig,
+    backend_from_arg,
+    load_pool,
+)
 from llmslo.gateway._loop import LOOP_CHOICES, event_loop_factory, loop_name
 from llmslo.gateway._metrics import PoolCollector
 from llmslo.gateway._pool import Backend, Pool
@@ -26,6 +34,7 @@ __all__ = [
     "Backend",
     "BackendSpec",
     "BudgetConfig",
+    "ENGINE_CHOICES",
     "Gateway",
     "GatewayApp",
     "GatewayConfig",

@@ -11,6 +11,8 @@ A pool file (YAML)::
         version: b4000         # the summaries' version for requests it serves (default: unknown)
         slots: 4               # parallel sequences it runs (its weight in routing; default 1)
         models: [smollm2]      # models it serves (default: any)
+        engine: llamacpp       # read its own queue and KV usage from its /metrics to route (default: not read)
+        metrics_path: /metrics # where that engine answers its Prometheus exposition (default /metrics)
 """
 
 from __future__ import annotations
@@ -21,12 +23,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llmslo.engines import ENGINES, RELATED
 from llmslo.telemetry import ConfigurationError
 
 BACKEND_ID = re.compile(r"[A-Za-z0-9._-]{1,32}")
 """What a backend id may be (it is a metric label value and a path segment of the admin API)."""
 MAX_BACKENDS = 16
 """The most backends one gateway routes to (each is a breaker label value: bounded)."""
+ENGINE_CHOICES: tuple[str, ...] = tuple(sorted({*ENGINES, *RELATED}))
+"""The engines whose ``/metrics`` a backend's ``engine`` may name (their profiles say which series to read)."""
+METRICS_PATH = re.compile(r"/[A-Za-z0-9._~/-]{0,255}")
+"""What a backend's ``metrics_path`` may be: an absolute path, no query."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,11 @@ class BackendSpec:
     version: str = "unknown"
     slots: int = 1
     models: tuple[str, ...] = ()
+    engine: str | None = None
+    """The engine it runs (one of :data:`ENGINE_CHOICES`): the gateway reads that engine's queue and KV usage
+    from its ``/metrics`` to route (None: it does not)."""
+    metrics_path: str = "/metrics"
+    """Where the engine answers its Prometheus exposition (read only when :attr:`engine` is set)."""
     host: str = field(init=False, default="", compare=False, repr=False)
     """The host of :attr:`url` (read from it once: every request connects to it)."""
     port: int = field(init=False, default=0, compare=False, repr=False)
@@ -59,6 +71,12 @@ class BackendSpec:
         if isinstance(models, str) or not all(isinstance(m, str) and m for m in models):
             raise ConfigurationError(f"{where}: models must be a list of model names, got {models!r}")
         object.__setattr__(self, "models", tuple(models))
+        if self.engine is not None and self.engine not in ENGINE_CHOICES:
+            raise ConfigurationError(f"{where}: engine {self.engine!r} is not known; use one of "
+                                     f"{', '.join(ENGINE_CHOICES)}, or leave engine out to route without it")
+        if not isinstance(self.metrics_path, str) or not METRICS_PATH.fullmatch(self.metrics_path):
+            raise ConfigurationError(f"{where}: metrics_path must be a path like /metrics (no host, no query), "
+                                     f"got {self.metrics_path!r}")
 
     def serves(self, model: str) -> bool:
         """Whether this backend serves ``model`` (a backend with no list serves any)."""
@@ -133,6 +151,9 @@ class GatewayConfig:
     """No chunk for this long mid-stream: the stream is ended ``error`` and counts as a backend failure."""
     request_timeout_s: float | None = 600.0
     health_interval_s: float = 2.0
+    engine_interval_s: float = 1.0
+    """How often the ``/metrics`` of a backend with an ``engine`` is read; figures older than three of these are
+    ignored in routing."""
     drain_settle_s: float = 1.0
     drain_budget_s: float = 30.0
     drain_idle_s: float | None = 10.0
@@ -165,7 +186,8 @@ class GatewayConfig:
                 raise ConfigurationError(f"{name}: must be an integer >= 1 or off, got {value!r}")
         if not isinstance(self.retries, int) or self.retries < 0:
             raise ConfigurationError(f"retries: must be an integer >= 0, got {self.retries!r}")
-        for name in ("queue_timeout_s", "breaker_open_s", "stall_s", "health_interval_s", "drain_budget_s"):
+        for name in ("queue_timeout_s", "breaker_open_s", "stall_s", "health_interval_s", "drain_budget_s",
+                     "engine_interval_s"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not value > 0:
                 raise ConfigurationError(f"{name}: must be a number of seconds > 0, got {value!r}")
@@ -192,13 +214,24 @@ class GatewayConfig:
         return sum(b.slots for b in self.backends)
 
 
-def backend_from_arg(text: str, position: int) -> BackendSpec:
-    """A ``--backend`` value, ``[ID=]URL[@VERSION]``; ``position`` (1-based) names it ``b<position>`` by default."""
+def backend_from_arg(text: str, position: int, engine: str | None = None) -> BackendSpec:
+    """A ``--backend`` value, ``[ID=]URL[@VERSION]``; ``position`` (1-based) names it ``b<position>`` by default;
+    ``engine`` (``--engine-metrics``) is the engine it runs, whose ``/metrics`` the gateway reads to route."""
     ident, sep, rest = text.partition("=")
     if not sep or "://" in ident:
         ident, rest = f"b{position}", text
     url, at, version = rest.partition("@")
-    return BackendSpec(id=ident, url=url, version=version if at else "unknown")
+    return BackendSpec(id=ident, url=url, version=version if at else "unknown", engine=engine)
+
+
+POOL_KEYS_ORDER = ("id", "url", "version", "slots", "models", "engine", "metrics_path")
+"""The keys of a backend in a pool file (and of ``POST /admin/backends``), in the order the docs give them."""
+POOL_KEYS = frozenset(POOL_KEYS_ORDER)
+
+
+def _engine(value: object) -> str | None:
+    """A pool file's ``engine`` value: None when absent, else the text as written (checked by the spec)."""
+    return None if value is None else str(value)
 
 
 def load_pool(path: str | Path) -> tuple[BackendSpec, ...]:
@@ -222,16 +255,17 @@ def load_pool(path: str | Path) -> tuple[BackendSpec, ...]:
     for i, item in enumerate(data["backends"], start=1):
         if not isinstance(item, Mapping):
             raise ConfigurationError(f"{path}: backend {i}: expected a mapping with url (and id, version, ...)")
-        extra = set(item) - {"id", "url", "version", "slots", "models"}
+        extra = set(item) - POOL_KEYS
         if extra:
             raise ConfigurationError(f"{path}: backend {i}: unknown key(s) {', '.join(sorted(map(str, extra)))}; "
-                                     "known: id, url, version, slots, models")
+                                     f"known: {', '.join(POOL_KEYS_ORDER)}")
         if "url" not in item:
             raise ConfigurationError(f"{path}: backend {i}: url is missing (http://HOST:PORT)")
         try:
             out.append(BackendSpec(id=str(item.get("id", f"b{i}")), url=item["url"],
                                    version=str(item.get("version", "unknown")), slots=item.get("slots", 1),
-                                   models=tuple(item.get("models") or ())))
+                                   models=tuple(item.get("models") or ()), engine=_engine(item.get("engine")),
+                                   metrics_path=item.get("metrics_path", "/metrics")))
         except ConfigurationError as exc:
             raise ConfigurationError(f"{path}: backend {i}: {exc}") from exc
     return tuple(out)

@@ -3,7 +3,9 @@
 A backend is **routable** while it is in the pool (not removed by a drain), its last health check passed, and its
 breaker is not open. :meth:`Pool.pick` takes two routable backends that serve the model at random and keeps the one
 with fewer outstanding requests per slot (power of two choices, weighted by slots); a half-open breaker lets
-through only its probes. Every change of a backend's routability is logged once and counted
+through only its probes. Where both have fresh figures of their engine's own load (a backend with an ``engine``,
+see :mod:`llmslo.gateway._engine_load`), it keeps the one with less ``(engine waiting + outstanding) / slots``,
+the lower KV usage on a tie. Every change of a backend's routability is logged once and counted
 (:attr:`Backend.changes`), and :meth:`Pool.status` is what the admin API shows.
 
 A backend's drain is a :class:`DrainController` over that backend's requests alone (:class:`BackendDrain`): it
@@ -24,8 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from llmslo.controls import CircuitBreaker, DrainConfig, DrainController, DrainRecord
+from llmslo.engines import ENGINES, RELATED
 from llmslo.gateway._concurrency import AdaptiveLimit
 from llmslo.gateway._config import BackendSpec, GatewayConfig
+from llmslo.gateway._engine_load import NO_ENGINE_STATUS, EngineLoad, read_loop
 from llmslo.gateway._http import UpstreamError, UpstreamPool, send_request
 from llmslo.telemetry import ConfigurationError, RequestTracker, Telemetry
 
@@ -71,6 +75,8 @@ class Backend:
     """When it last left the pool (Unix seconds; None: never)."""
     last_routed_unix_s: float | None = None
     """When the last request was forwarded to it (Unix seconds; None: none yet)."""
+    engine: EngineLoad | None = None
+    """Its engine's own load, read from its ``/metrics`` (None: its spec names no engine)."""
 
     @property
     def id(self) -> str:
@@ -90,6 +96,7 @@ class Backend:
             "draining": self.drain is not None and self.drain.phase in ("settling", "waiting"),
             "last_drain": None if self.last_drain is None else self.last_drain.to_dict(),
             "removed_unix_s": self.removed_unix_s, "last_routed_unix_s": self.last_routed_unix_s,
+            **(NO_ENGINE_STATUS if self.engine is None else self.engine.status()),
         }
 
 
@@ -135,22 +142,31 @@ class Pool:
     """Every backend of a gateway (see the module docstring)."""
 
     def __init__(self, config: GatewayConfig, tel: Telemetry, *, rng: random.Random | None = None,
-                 on_change: Callable[[Backend, str], None] | None = None) -> None:
+                 on_change: Callable[[Backend, str], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self.tel = tel
         self._rng = rng or random.Random()
         self._on_change = on_change
+        self._clock = clock
+        """Monotonic seconds: when engine figures were read, and how old they are."""
         self.backends: dict[str, Backend] = {}
         for spec in config.backends:
             self.backends[spec.id] = self._backend(spec)
         self._health_task: asyncio.Task[None] | None = None
+        self._engine_task: asyncio.Task[None] | None = None
 
     def _backend(self, spec: BackendSpec) -> Backend:
         cfg = self.config
         breaker = CircuitBreaker(spec.id, consecutive_failures=cfg.breaker_failures, error_rate=None,
                                  open_s=cfg.breaker_open_s, failure_kinds=FAILURE_KINDS, telemetry=self.tel)
         limit = AdaptiveLimit(initial=2 * spec.slots, min_limit=1, max_limit=max(4, 64 * spec.slots))
-        return Backend(spec, breaker, UpstreamPool(spec.host, spec.port), limit)
+        engine = None
+        if spec.engine is not None:
+            profile = {**ENGINES, **RELATED}[spec.engine]
+            engine = EngineLoad(profile, spec.host, spec.port, spec.metrics_path, cfg.engine_interval_s,
+                                clock=self._clock)
+        return Backend(spec, breaker, UpstreamPool(spec.host, spec.port), limit, engine=engine)
 
     def add(self, spec: BackendSpec) -> Backend:
         """Add a backend (unhealthy until its first health check passes). Raises :class:`ConfigurationError`
@@ -184,7 +200,8 @@ class Pool:
 
     def pick(self, model: str, exclude: frozenset[str] = frozenset()) -> Backend | None:
         """A backend for a request for ``model`` (not one of ``exclude``), or None when none is routable. Those
-        below their concurrency limit come first; when every one is at its limit, the least loaded is taken."""
+        below their concurrency limit come first; when every one is at its limit, the least loaded is taken.
+        Of the two drawn, :meth:`_lighter` keeps one."""
         routable = [b for b in self.backends.values()
                     if b.id not in exclude and b.spec.serves(model) and b.routable()]
         candidates = [b for b in routable if b.limit.in_flight < b.limit.limit] or routable
@@ -193,11 +210,32 @@ class Pool:
                 choice = candidates[0]
             else:
                 a, b = self._rng.sample(candidates, 2)
-                choice = a if a.outstanding * b.spec.slots <= b.outstanding * a.spec.slots else b
+                choice = self._lighter(a, b)
             if choice.breaker.allow().admitted:  # closed, or one of its half-open probes
                 return choice
             candidates.remove(choice)
         return None
+
+    def _lighter(self, a: Backend, b: Backend) -> Backend:
+        """The less loaded of two backends: by ``(engine waiting + outstanding) / slots`` and then the lower KV
+        usage where both have fresh engine figures, else by outstanding requests per slot; ``a`` on a tie."""
+        fa = fb = None
+        if a.engine is not None or b.engine is not None:
+            now = self._clock()
+            fa = None if a.engine is None else a.engine.fresh(now)
+            fb = None if b.engine is None else b.engine.fresh(now)
+            for backend, figures in ((a, fa), (b, fb)):
+                if backend.engine is not None and figures is None:
+                    backend.engine.fallbacks += 1
+        if fa is None or fb is None:
+            return a if a.outstanding * b.spec.slots <= b.outstanding * a.spec.slots else b
+        load_a = (fa.waiting + a.outstanding) * b.spec.slots
+        load_b = (fb.waiting + b.outstanding) * a.spec.slots
+        if load_a != load_b:
+            return a if load_a < load_b else b
+        if fa.kv_usage is not None and fb.kv_usage is not None and fb.kv_usage < fa.kv_usage:
+            return b
+        return a
 
     def has_other(self, model: str, exclude: frozenset[str]) -> bool:
         """Whether a routable backend for ``model`` is left besides ``exclude``."""
@@ -293,11 +331,22 @@ class Pool:
             await asyncio.gather(*(self.check_health(b) for b in self.backends.values()))
             await asyncio.sleep(self.config.health_interval_s)
 
+    def start_engine_reads(self) -> None:
+        """Read the ``/metrics`` of every backend with an engine every ``engine_interval_s`` (needs a running
+        event loop; nothing to do while no backend has one, but backends added later are read too)."""
+        if self._engine_task is None:
+            self._engine_task = asyncio.get_running_loop().create_task(
+                read_loop(self._engine_loads, self.config.engine_interval_s), name="llmslo-engine-load")
+
+    def _engine_loads(self) -> list[EngineLoad]:
+        return [b.engine for b in self.backends.values() if b.engine is not None]
+
     async def close(self) -> None:
-        if self._health_task is not None:
-            self._health_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._health_task
+        for task in (self._health_task, self._engine_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for b in self.backends.values():
             b.upstream.close()
 

@@ -9,9 +9,9 @@ The admin API listens on 127.0.0.1 only, on its own port:
   ended; a JSON body may set ``budget_s``, ``settle_s``, ``idle_s`` and ``on_budget`` for this drain;
   409 when it is draining already;
 - ``POST /admin/backends/ID/ready``: put a drained backend back in the pool;
-- ``POST /admin/backends`` with a JSON body ``{"id", "url", "version", "slots", "models"}`` (``id`` and ``url``
-  required): add a backend, 201 with its state; it is health-checked at once and routable once healthy; 409
-  when the id is taken;
+- ``POST /admin/backends`` with a JSON body ``{"id", "url", "version", "slots", "models", "engine",
+  "metrics_path"}`` (``id`` and ``url`` required): add a backend, 201 with its state; it is health-checked at
+  once and routable once healthy; 409 when the id is taken;
 - ``DELETE /admin/backends/ID``: take a backend out of the gateway for good (after its drain), 200 with its last
   state; 409 while it drains or has requests in flight;
 - ``POST /admin/drain``: drain the gateway itself (what SIGTERM does).
@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from llmslo.controls import DrainRecord
-from llmslo.gateway._config import BackendSpec, GatewayConfig
+from llmslo.gateway._config import POOL_KEYS, POOL_KEYS_ORDER, BackendSpec, GatewayConfig
 from llmslo.gateway._http import FrontConnection, Request, Responder, error_body
 from llmslo.gateway._pool import Backend
 from llmslo.gateway._proxy import GatewayApp
@@ -81,7 +81,7 @@ class Gateway:
         self.admin_port = config.admin_port
 
     async def start(self) -> None:
-        """Listen (front and admin) and start the health checks."""
+        """Listen (front and admin), start the health checks and the reads of the engines' own load."""
         loop = asyncio.get_running_loop()
         cfg = self.config
         front = await loop.create_server(
@@ -94,6 +94,7 @@ class Gateway:
         self.admin_port = admin.sockets[0].getsockname()[1]
         await asyncio.gather(*(self.pool.check_health(b) for b in self.pool.backends.values()))
         self.pool.start_health_checks()
+        self.pool.start_engine_reads()
 
     async def close(self) -> None:
         """Stop listening, end what is in flight (``server_draining``), close every connection."""
@@ -175,14 +176,14 @@ class Gateway:
             body = json.loads(req.body) if req.body.strip() else None
             if not isinstance(body, dict):
                 raise ValueError('expected a JSON object: {"id": ..., "url": ..., "version": ..., "slots": ...}')
-            unknown = set(body) - {"id", "url", "version", "slots", "models"}
+            unknown = set(body) - POOL_KEYS
             if unknown:
-                raise ValueError(f"unknown field(s) {', '.join(sorted(unknown))}; known: id, url, version, slots, "
-                                 "models")
+                raise ValueError(f"unknown field(s) {', '.join(sorted(unknown))}; known: {', '.join(POOL_KEYS_ORDER)}")
             if "id" not in body or "url" not in body:
                 raise ValueError("id and url are required")
             spec = BackendSpec(id=body["id"], url=body["url"], version=body.get("version", "unknown"),
-                               slots=body.get("slots", 1), models=tuple(body.get("models") or ()))
+                               slots=body.get("slots", 1), models=tuple(body.get("models") or ()),
+                               engine=body.get("engine"), metrics_path=body.get("metrics_path", "/metrics"))
         except (ValueError, TypeError, ConfigurationError) as exc:
             res.send(400, [_JSON], error_body(f"backend: {exc}", "invalid_request_error", 400))
             return
