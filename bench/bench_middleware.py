@@ -149,9 +149,11 @@ def measure(server: Server, requests: int, tokens: int, concurrency: int, offset
     return spent
 
 
-def _envs(tmp: Path, names: list[str]) -> dict[str, dict[str, str]]:
-    on = {"LLMSLO_TEST_MIDDLEWARE": "1", "LLMSLO_SUMMARY_PATH": str(tmp / "summaries"), "LLMSLO_MODEL": "test-model",
-          "LLMSLO_VERSION": "bench"}
+def _envs(tmp: Path, names: list[str], summaries: bool = True) -> dict[str, dict[str, str]]:
+    """Each server's environment (``summaries``: the middleware writes its summaries as JSONL)."""
+    on = {"LLMSLO_TEST_MIDDLEWARE": "1", "LLMSLO_MODEL": "test-model", "LLMSLO_VERSION": "bench"}
+    if summaries:
+        on["LLMSLO_SUMMARY_PATH"] = str(tmp / "summaries")
     return {name: (on if name == "on" else {"LLMSLO_TEST_MIDDLEWARE": "0"}) for name in names}
 
 
@@ -174,6 +176,8 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, default=6,
                     help="each repeat alternates the servers this many times (a share of the requests each)")
     ap.add_argument("--control", action="store_true", help="a second bare server: the measurement's noise floor")
+    ap.add_argument("--no-summaries", action="store_true",
+                    help="the middleware writes no summaries (LLMSLO_SUMMARY_PATH unset): the sink's share")
     ap.add_argument("--instructions", action="store_true",
                     help="count instructions under valgrind's callgrind instead (slow: use fewer requests)")
     args = ap.parse_args()
@@ -183,7 +187,7 @@ def main() -> None:
     names = ["on", "off", "off2"] if args.control else ["on", "off"]
     runs: list[dict[str, float]] = []  # CPU seconds per request, per server, one entry per repeat
     with temp_dir() as tmp:
-        envs = _envs(tmp, names)
+        envs = _envs(tmp, names, summaries=not args.no_summaries)
         servers = {name: Server(name, envs[name]) for name in names}
         try:
             for server in servers.values():  # warm up: imports, caches, the first connections
@@ -221,7 +225,10 @@ def main() -> None:
     if args.control:
         floor = median([x["off2"] / x["off"] - 1 for x in runs])
         checks.append(["off2 / off - 1 (the noise floor, info)", f"{floor * 100:.1f} %", "-", ""])
-    checks.append(["summaries written by on, complete (info)", f"{complete:,} of {written:,}", "-", ""])
+    if not args.no_summaries:
+        checks.append(["summaries written by on, complete (info)", f"{complete:,} of {written:,}", "-", ""])
+    if args.no_summaries:
+        rows[0][0] = str(rows[0][0]).replace("JSONL summaries", "no summaries")
     print(table(["server", "CPU per request (us)", "CPU per chunk (us)"], rows))
     print()
     print(table(["check", "figure", "target", "verdict"], checks))
