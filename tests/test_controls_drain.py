@@ -377,7 +377,7 @@ def test_run_drains_in_asyncio_while_the_requests_finish() -> None:
 
 def test_the_documented_server_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     page = (Path(__file__).resolve().parent.parent / "docs" / "controls.md").read_text()
-    code = page.split("```python\n", 1)[1].split("```", 1)[0]
+    code = page.split("\n```python\n", 1)[1].split("```", 1)[0]  # the first block at the margin: the server
     exec(compile(code, "docs/controls.md", "exec"), {"__name__": "docs_example"})
     first, second = capsys.readouterr().out.splitlines()
     assert first == "503 [200, 200, 200]"  # the late request is refused draining, the others served
