@@ -780,13 +780,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     wall = time.monotonic() - t0
     codes = [sc.code for sc, _ in done] + [code_fingerprint()]
 
-    print(f"Proxies in front of llmslo serve --no-telemetry (paced: --speed 1; fast: --speed {args.fast_speed:g}); "
+    print(f"Proxies in front of llmslo serve --jsonl (paced: --speed 1; fast: --speed {args.fast_speed:g}); "
           f"llmslo load chat streams of {LONG} and {SHORT} tokens, C in flight, each run stopped "
           f"{args.duration:g} s after its start (its streams in flight then finish); medians of {args.repeats} "
           f"repeat(s), targets in rotating order. CPU: utime + stime of the proxy's process tree over each run "
           f"(schedstat ns when no thread came or went), less its idle rate; cpu = a * requests + b * chunks solved "
           f"from the {LONG}- and {SHORT}-token runs (a: fixed CPU per request, b: CPU per chunk; a chunk is one "
-          f"streamed token event). Added latencies: the proxy's quantile less the direct run's in the same repeat. "
+          f"streamed token event). Added latencies: the proxy's quantile less the direct run's in the same repeat; "
+          f"per request: of each request's TTFT at the client less the engine's own (joined on the request id). "
           f"{wall / 60:.1f} min on {os.cpu_count()} CPUs.")
     print(f"Code: {git_state() or 'no git'}; package fingerprint {codes[0]}.")
     if len(set(codes)) > 1:
