@@ -451,9 +451,9 @@ class Journal:
                         names.clear()
                     named = names[(model, version, tenant)] = _names(model, version, tenant)
                 erid = encode(rid)  # raises TypeError for an id that is not a string
-                a = int(arrival * 1e6 + 0.5)  # ValueError for NaN, OverflowError for infinity
-                if a < 0:
+                if not arrival >= 0:  # NaN too
                     raise ValueError(f"arrival_unix_s must be a number of seconds >= 0, got {arrival!r}")
+                a = int(arrival * 1e6 + 0.5)  # OverflowError for infinity
                 if prompt is None:
                     prompt = -1
                 elif prompt.__class__ is not int:
@@ -629,9 +629,9 @@ def _open_line(rid: str, arrival: float, names: str, prompt: int | None) -> str:
     """The ``o`` line (``rid``: the id JSON-encoded; ``names``: from :func:`_names`), as in a checkpoint (the
     loop of :meth:`Journal._take_opens` writes the same line, inlined). Raises ``ValueError`` for an arrival
     before 1970 or NaN, ``OverflowError`` for infinity, ``TypeError`` for a prompt count that is not an integer."""
-    a = int(arrival * 1e6 + 0.5)
-    if a < 0:
+    if not arrival >= 0:  # NaN too
         raise ValueError(f"arrival_unix_s must be a number of seconds >= 0, got {arrival!r}")
+    a = int(arrival * 1e6 + 0.5)
     p = -1 if prompt is None else index(prompt)
     return f'{{"o":{rid},"a":{a},{names},"p":{p}}}\n'
 

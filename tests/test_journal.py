@@ -169,11 +169,12 @@ def test_a_bad_entry_is_counted_and_the_others_written(tmp_path: Path, journals:
     j.open_request("ok", float("nan"), "m", "v", "default")
     j.open_request("inf", float("inf"), "m", "v", "default")
     j.open_request("before-1970", -1.0, "m", "v", "default")
+    j.open_request("a-microsecond-before-1970", -1e-6, "m", "v", "default")
     j.open_request("text-count", T0, "m", "v", "default", "12")  # type: ignore[arg-type]
     j.open_request("float-count", T0, "m", "v", "default", 12.5)  # type: ignore[arg-type]
     j.open_request("fine", T0, "m", "v", "default", True)  # a bool is an integer: 1
     j.flush()
-    assert j.guard.errors.get("journal.entry") == 6
+    assert j.guard.errors.get("journal.entry") == 7
     (fine,) = read_journal(tmp_path / "j").pending
     assert (fine.request_id, fine.prompt_tokens) == ("fine", 1)
 
