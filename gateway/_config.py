@@ -22,16 +22,20 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
-from llmslo.engines import ENGINES, RELATED
+from llmslo.engines import EngineProfile, all_profiles
 from llmslo.telemetry import ConfigurationError
 
 BACKEND_ID = re.compile(r"[A-Za-z0-9._-]{1,32}")
 """What a backend id may be (it is a metric label value and a path segment of the admin API)."""
 MAX_BACKENDS = 16
 """The most backends one gateway routes to (each is a breaker label value: bounded)."""
-ENGINE_CHOICES: tuple[str, ...] = tuple(sorted({*ENGINES, *RELATED}))
-"""The engines whose ``/metrics`` a backend's ``engine`` may name (their profiles say which series to read)."""
+ENGINE_PROFILES: Mapping[str, EngineProfile] = MappingProxyType({p.key: p for p in all_profiles()})
+"""The engines whose ``/metrics`` a backend's ``engine`` may name, by key: their profiles say which series to
+read."""
+ENGINE_CHOICES: tuple[str, ...] = tuple(sorted(ENGINE_PROFILES))
 METRICS_PATH = re.compile(r"/[A-Za-z0-9._~/-]{0,255}")
 """What a backend's ``metrics_path`` may be: an absolute path, no query."""
 
@@ -224,14 +228,24 @@ def backend_from_arg(text: str, position: int, engine: str | None = None) -> Bac
     return BackendSpec(id=ident, url=url, version=version if at else "unknown", engine=engine)
 
 
-POOL_KEYS_ORDER = ("id", "url", "version", "slots", "models", "engine", "metrics_path")
+POOL_KEYS = ("id", "url", "version", "slots", "models", "engine", "metrics_path")
 """The keys of a backend in a pool file (and of ``POST /admin/backends``), in the order the docs give them."""
-POOL_KEYS = frozenset(POOL_KEYS_ORDER)
 
 
-def _engine(value: object) -> str | None:
-    """A pool file's ``engine`` value: None when absent, else the text as written (checked by the spec)."""
-    return None if value is None else str(value)
+def backend_from_mapping(item: Mapping[str, Any], default_id: str) -> BackendSpec:
+    """A backend as a pool file or ``POST /admin/backends`` gives it (keys :data:`POOL_KEYS`; ``url`` required,
+    ``id`` defaulting to ``default_id``). Raises :class:`ConfigurationError` naming the key."""
+    unknown = set(item) - set(POOL_KEYS)
+    if unknown:
+        raise ConfigurationError(f"unknown key(s) {', '.join(sorted(map(str, unknown)))}; known: "
+                                 f"{', '.join(POOL_KEYS)}")
+    if "url" not in item:
+        raise ConfigurationError("url is missing (http://HOST:PORT)")
+    engine = item.get("engine")
+    return BackendSpec(id=str(item.get("id", default_id)), url=item["url"], version=str(item.get("version", "unknown")),
+                       slots=item.get("slots", 1), models=tuple(item.get("models") or ()),
+                       engine=None if engine is None else str(engine),
+                       metrics_path=item.get("metrics_path", "/metrics"))
 
 
 def load_pool(path: str | Path) -> tuple[BackendSpec, ...]:
@@ -255,17 +269,8 @@ def load_pool(path: str | Path) -> tuple[BackendSpec, ...]:
     for i, item in enumerate(data["backends"], start=1):
         if not isinstance(item, Mapping):
             raise ConfigurationError(f"{path}: backend {i}: expected a mapping with url (and id, version, ...)")
-        extra = set(item) - POOL_KEYS
-        if extra:
-            raise ConfigurationError(f"{path}: backend {i}: unknown key(s) {', '.join(sorted(map(str, extra)))}; "
-                                     f"known: {', '.join(POOL_KEYS_ORDER)}")
-        if "url" not in item:
-            raise ConfigurationError(f"{path}: backend {i}: url is missing (http://HOST:PORT)")
         try:
-            out.append(BackendSpec(id=str(item.get("id", f"b{i}")), url=item["url"],
-                                   version=str(item.get("version", "unknown")), slots=item.get("slots", 1),
-                                   models=tuple(item.get("models") or ()), engine=_engine(item.get("engine")),
-                                   metrics_path=item.get("metrics_path", "/metrics")))
+            out.append(backend_from_mapping(item, f"b{i}"))
         except ConfigurationError as exc:
             raise ConfigurationError(f"{path}: backend {i}: {exc}") from exc
     return tuple(out)

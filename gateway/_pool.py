@@ -26,9 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from llmslo.controls import CircuitBreaker, DrainConfig, DrainController, DrainRecord
-from llmslo.engines import ENGINES, RELATED
 from llmslo.gateway._concurrency import AdaptiveLimit
-from llmslo.gateway._config import BackendSpec, GatewayConfig
+from llmslo.gateway._config import ENGINE_PROFILES, BackendSpec, GatewayConfig
 from llmslo.gateway._engine_load import NO_ENGINE_STATUS, EngineLoad, read_loop
 from llmslo.gateway._http import UpstreamError, UpstreamPool, send_request
 from llmslo.telemetry import ConfigurationError, RequestTracker, Telemetry
@@ -163,9 +162,8 @@ class Pool:
         limit = AdaptiveLimit(initial=2 * spec.slots, min_limit=1, max_limit=max(4, 64 * spec.slots))
         engine = None
         if spec.engine is not None:
-            profile = {**ENGINES, **RELATED}[spec.engine]
-            engine = EngineLoad(profile, spec.host, spec.port, spec.metrics_path, cfg.engine_interval_s,
-                                clock=self._clock)
+            engine = EngineLoad(ENGINE_PROFILES[spec.engine], spec.host, spec.port, spec.metrics_path,
+                                cfg.engine_interval_s, clock=self._clock)
         return Backend(spec, breaker, UpstreamPool(spec.host, spec.port), limit, engine=engine)
 
     def add(self, spec: BackendSpec) -> Backend:

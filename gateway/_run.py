@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from llmslo.controls import DrainRecord
-from llmslo.gateway._config import POOL_KEYS, POOL_KEYS_ORDER, BackendSpec, GatewayConfig
+from llmslo.gateway._config import GatewayConfig, backend_from_mapping
 from llmslo.gateway._http import FrontConnection, Request, Responder, error_body
 from llmslo.gateway._pool import Backend
 from llmslo.gateway._proxy import GatewayApp
@@ -176,14 +176,9 @@ class Gateway:
             body = json.loads(req.body) if req.body.strip() else None
             if not isinstance(body, dict):
                 raise ValueError('expected a JSON object: {"id": ..., "url": ..., "version": ..., "slots": ...}')
-            unknown = set(body) - POOL_KEYS
-            if unknown:
-                raise ValueError(f"unknown field(s) {', '.join(sorted(unknown))}; known: {', '.join(POOL_KEYS_ORDER)}")
             if "id" not in body or "url" not in body:
                 raise ValueError("id and url are required")
-            spec = BackendSpec(id=body["id"], url=body["url"], version=body.get("version", "unknown"),
-                               slots=body.get("slots", 1), models=tuple(body.get("models") or ()),
-                               engine=body.get("engine"), metrics_path=body.get("metrics_path", "/metrics"))
+            spec = backend_from_mapping(body, str(body["id"]))
         except (ValueError, TypeError, ConfigurationError) as exc:
             res.send(400, [_JSON], error_body(f"backend: {exc}", "invalid_request_error", 400))
             return

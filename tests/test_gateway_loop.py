@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,9 @@ import pytest
 
 from llmslo.gateway import LOOP_CHOICES, event_loop_factory, loop_name
 from llmslo.telemetry import ConfigurationError
+
+READY_WAIT_S = 60.0
+"""The longest wait for the gateway's ready line (seconds)."""
 
 uvloop = pytest.importorskip("uvloop", reason="the gateway extra's uvloop: pip install 'llmslo[gateway]'")
 
@@ -59,7 +63,10 @@ def _ready_line(cwd: Path, loop: str | None) -> tuple[str, str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stdout is not None
-        line = proc.stdout.readline()  # the ready line, or "" when the process ended
+        poll = select.poll()  # not select(): a long test run holds descriptors beyond its 1,024
+        poll.register(proc.stdout, select.POLLIN)
+        ready = poll.poll(READY_WAIT_S * 1000)  # bounded: a silent process fails
+        line = proc.stdout.readline() if ready else ""  # the ready line, or "" when the process ended
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=60)

@@ -30,7 +30,7 @@ def test_a_backend_added_takes_requests_once_healthy_and_one_removed_takes_none(
                 assert taken.json()["error"]["type"] == "conflict"
                 assert gw.pool.backends["n1"].spec.url == new.url  # the backend holding the id is unchanged
                 bad = await admin.post("/admin/backends", json={"id": "n2", "url": new.url, "slot": 2})
-                assert bad.status_code == 400 and "unknown field(s) slot" in bad.text
+                assert bad.status_code == 400 and "unknown key(s) slot" in bad.text
                 assert "n2" not in gw.pool.backends
 
                 drained = await admin.post("/admin/backends/a/drain?wait=1")
