@@ -402,15 +402,22 @@ class RequestTracker:
 
     __slots__ = (
         "_clock", "_labels", "_lock", "_log", "_model_key", "_resources", "_span", "_tel", "admitted_ns", "arrival_ns",
-        "arrival_unix_s", "backend", "client_ttft_s", "commit", "error_type", "finish_ns", "finish_reason", "ignored",
-        "model", "prompt_tokens", "reject_reason", "released", "request_id", "scheduled_ns", "send",
-        "slo_class", "stream_max_queued", "stream_paused_ns", "summary", "tenant_class", "version",
+        "arrival_unix_s", "backend", "client_ttft_s", "commit", "commit_plain", "error_type", "expect_plain",
+        "finish_ns", "finish_reason", "ignored", "model", "prompt_tokens", "reject_reason", "released", "request_id",
+        "scheduled_ns", "send", "slo_class", "stream_max_queued", "stream_paused_ns", "summary", "tenant_class",
+        "version",
     )
 
     commit: Callable[..., None]
     """``commit(k=1, proposed=0)``: ``k`` output tokens committed now (see the class docstring)."""
     send: Callable[..., None]
     """``send(n=1)``: ``n`` output tokens handed to the transport for the client."""
+    expect_plain: Callable[[bytes | None, bytes], None]
+    """``expect_plain(prefix, suffix)``: the bytes around the text of the stream's plain content chunks (None:
+    none); see ``_tokenlog.py``."""
+    commit_plain: Callable[[object], bool]
+    """``commit_plain(body)``: whether ``body`` is a plain content chunk of that shape; then one token is committed
+    now. The per-chunk shortcut of a streamed reply (``_reply_observer.py``)."""
 
     def __init__(self, tel: Telemetry, request_id: str, model: str, version: str, tenant_class: str,
                  prompt_tokens: int, slo_class: str | None) -> None:
@@ -421,6 +428,8 @@ class RequestTracker:
         log = self._log = tel._new_token_log()
         self.commit = log.commit
         self.send = log.send
+        self.expect_plain = log.expect_plain
+        self.commit_plain = log.commit_plain
         self._lock = tel.metrics.lock  # shared: see TelemetryMetrics.lock
         self._resources: list[tuple[str, Callable[[], object]]] = []
         self._span: object = None

@@ -443,8 +443,8 @@ class _Exchange:
     """One observed request: wraps the app's ``receive`` and ``send``, feeds the tracker through a
     :class:`ReplyObserver`."""
 
-    __slots__ = ("_count_sent", "_receive", "_send", "completed", "disconnected", "ending", "mw", "obs", "off",
-                 "rid", "send_failed", "started", "t")
+    __slots__ = ("_count_sent", "_plain", "_receive", "_send", "completed", "disconnected", "ending", "mw", "obs",
+                 "off", "rid", "send_failed", "started", "t")
 
     def __init__(self, mw: LlmsloMiddleware, t: RequestTracker, rid: bytes, receive: Receive, send: Send) -> None:
         self.mw = mw
@@ -454,6 +454,7 @@ class _Exchange:
         self._send = send
         self._count_sent = t.send
         self.obs = ReplyObserver(t, mw.telemetry.observe_retry_after)
+        self._plain = self.obs.plain
         self.started = self.completed = self.ending = False
         self.disconnected = self.send_failed = self.off = False
 
@@ -474,9 +475,9 @@ class _Exchange:
     # ---- what the app sends ----------------------------------------------------------------------------
 
     async def send(self, message: Message) -> None:
-        body = message.get("body")
-        if body.__class__ is bytes and message.get("more_body", False) and self.obs.plain(body):
-            # the same chunk as the stream's plain content chunk but for its text: one token, nothing to read
+        if message.get("more_body") and self._plain(message.get("body")):
+            # the same chunk as the stream's plain content chunk but for its text: one token, committed by that
+            # call (nothing to read)
             try:
                 await self._send(message)
             except BaseException:

@@ -13,8 +13,9 @@ response through :class:`ReplyObserver`, so they record the same things the same
   with neither is ``error``/``truncated``;
 - a refusal is ``rejected`` with its reason (:func:`classify_status`), its ``Retry-After`` reported.
 
-Per chunk the common case costs a prefix and suffix comparison: once a stream's plain content chunk has been
-read, a chunk that differs from it only in its text is committed without parsing (see :meth:`_learn`). Memory is
+Per chunk the common case costs a prefix and suffix comparison, in one call to the request's token log: once a
+stream's plain content chunk has been read, a chunk that differs from it only in its text is committed without
+parsing (see :meth:`_learn`). Memory is
 bounded: an error body is kept up to :data:`MAX_ERROR_BODY_BYTES`, a whole reply up to :data:`MAX_REPLY_BYTES`, an
 event up to the parser's limit. Standard library only.
 """
@@ -59,20 +60,25 @@ RetryAfterReport = Callable[[str, str, float], None]
 class ReplyObserver:
     """Reads one response for ``tracker``: call :meth:`start` with its status line, :meth:`body` with each body
     part before it is handed on (it returns the tokens committed, to count as sent once handed over), and
-    :meth:`complete` once the last part was handed over. :meth:`plain` is the per-chunk shortcut.
+    :meth:`complete` once the last part was handed over. :attr:`plain` is the per-chunk shortcut.
 
     ``report_retry_after`` receives a refusal's ``Retry-After`` in seconds. The observer never ends the request
     before :meth:`complete`; the caller ends it otherwise (a client that left, an exception).
     """
 
     __slots__ = (
-        "_commit", "_parser", "_plen", "_ppre", "_pre", "_report", "_saved", "_slen", "_suf", "_vlen", "_vsuf",
-        "body_parts", "body_size", "error", "finish", "kind", "retry_after", "status", "t",
+        "_commit", "_expect", "_parser", "_plen", "_ppre", "_pre", "_report", "_saved", "_slen", "_suf", "_vlen",
+        "_vsuf", "body_parts", "body_size", "error", "finish", "kind", "plain", "retry_after", "status", "t",
     )
 
     def __init__(self, tracker: RequestTracker, report_retry_after: RetryAfterReport | None = None) -> None:
         self.t = tracker
         self._commit = tracker.commit
+        self._expect = tracker.expect_plain
+        self.plain: Callable[[object], bool] = tracker.commit_plain
+        """``plain(body)``: whether ``body`` is one plain content chunk of the shape learnt (then its token is
+        committed now): the per-chunk shortcut, one native call where the token log's C module is built (a prefix
+        and suffix comparison, see :meth:`_learn`). False: give the part to :meth:`body`."""
         self._report = report_retry_after
         self.kind = UNKNOWN
         self.status = 0
@@ -113,18 +119,6 @@ class ReplyObserver:
 
     # ---- the body --------------------------------------------------------------------------------------------
 
-    def plain(self, body: bytes) -> bool:
-        """Whether ``body`` is one plain content chunk of the shape learnt (then its token is committed now): the
-        per-chunk shortcut, a prefix and suffix comparison. False: give the part to :meth:`body`."""
-        pre = self._pre
-        if pre is None or not body.startswith(pre) or not body.endswith(self._suf):
-            return False
-        end = len(body) - self._slen
-        if end > self._plen and body.find(b'"', self._plen) == end:
-            self._commit()
-            return True
-        return False
-
     def body(self, data: bytes, last: bool) -> int:
         """Read one body part before it is handed on (``last``: no part follows); the tokens it carries
         (committed now)."""
@@ -140,7 +134,8 @@ class ReplyObserver:
 
     def forget(self) -> None:
         """Stop reading (an observer that failed): drop everything held."""
-        self._pre = self._saved = self._ppre = None
+        self._shape(None)
+        self._saved = self._ppre = None
         self.body_parts = None
         self._parser = None
 
@@ -200,13 +195,20 @@ class ReplyObserver:
         # chunk read here did not have the shape kept (the first content chunk may carry the role too): learn anew
         if parser.pending or not body.endswith(b"\n"):
             if self._pre is not None:
-                self._saved, self._pre = self._pre, None
+                self._saved = self._pre
+                self._shape(None)
         elif plain is not None:
             self._saved = None
             self._learn(body, plain)
         elif self._pre is None and self._saved is not None:
-            self._pre, self._saved = self._saved, None
+            self._shape(self._saved)
+            self._saved = None
         return committed
+
+    def _shape(self, prefix: bytes | None) -> None:
+        """Expect plain content chunks of ``prefix`` + text + the suffix learnt (None: expect none)."""
+        self._pre = prefix
+        self._expect(prefix, self._suf)
 
     def _learn(self, body: bytes, payload: bytes) -> None:
         """Learn the shape of this stream's plain content chunks from ``body``, one such chunk (one event, no
@@ -230,10 +232,12 @@ class ReplyObserver:
         end = _string_end(body, start)
         if end is None or end == start:
             return
-        self._pre, self._plen = body[:start], start
+        prefix = body[:start]
+        self._plen = start
         self._suf, self._slen = body[end:], len(body) - end
+        self._shape(prefix)
         if body == b"data: " + payload + b"\n\n":
-            self._ppre, self._vsuf, self._vlen = self._pre[6:], self._suf[:-2], self._slen - 2
+            self._ppre, self._vsuf, self._vlen = prefix[6:], self._suf[:-2], self._slen - 2
         else:
             self._ppre = None
 

@@ -10,6 +10,11 @@ contract (the tests run both on the same inputs):
 * :class:`PyTokenLog`, pure Python, used when the native module could not be built or an injected clock is
   not ``time.monotonic_ns``.
 
+A streamed reply's per-chunk shortcut lives here too, as one call: ``expect_plain(prefix, suffix)`` gives the
+bytes around the text of the stream's plain content chunks (``_reply_observer.py`` learns them), and
+``commit_plain(body)`` commits one token when ``body`` is ``prefix + text + suffix`` with a non-empty text that
+holds no quote, and says whether it did.
+
 Both never raise on data: a count that is not a non-negative integer (``k`` must be at least 1 and at most
 2**20), an
 injected clock that fails, or memory that runs out is counted in ``invalid`` and the call does nothing else
@@ -46,6 +51,10 @@ class TokenLogLike(Protocol):
 
     def send(self, n: int = 1) -> None: ...
 
+    def expect_plain(self, prefix: bytes | None, suffix: bytes, /) -> None: ...
+
+    def commit_plain(self, body: object, /) -> bool: ...
+
     def __len__(self) -> int: ...
 
     def count_until(self, until_ns: int) -> int: ...
@@ -81,7 +90,8 @@ class PyTokenLog:
     Read methods take ``m``, a number of leading commits (``0 <= m <= len(log)``).
     """
 
-    __slots__ = ("_append", "_clock", "_multi", "_times", "invalid", "proposed", "sent")
+    __slots__ = ("_append", "_clock", "_multi", "_plen", "_prefix_bytes", "_slen", "_suffix", "_times", "invalid",
+                 "proposed", "sent")
 
     def __init__(self, clock_ns: Callable[[], int] | None = None) -> None:
         self._clock = clock_ns if clock_ns is not None else time.monotonic_ns
@@ -91,6 +101,9 @@ class PyTokenLog:
         self.sent = 0
         self.proposed = 0
         self.invalid = 0
+        self._prefix_bytes: bytes | None = None
+        self._suffix = b""
+        self._plen = self._slen = 0
 
     def commit(self, k: int = 1, proposed: int = 0) -> None:
         """``k`` output tokens committed now (``proposed``: draft tokens proposed for them)."""
@@ -133,6 +146,29 @@ class PyTokenLog:
             self.invalid += 1
         else:
             self.sent += c
+
+    def expect_plain(self, prefix: bytes | None, suffix: bytes, /) -> None:
+        """The bytes before and after the text of the stream's plain content chunks (``prefix`` None: none)."""
+        if prefix is None:
+            self._prefix_bytes, self._suffix, self._plen, self._slen = None, b"", 0, 0
+            return
+        if type(prefix) is not bytes or type(suffix) is not bytes:
+            raise TypeError("expect_plain(prefix, suffix): bytes, or None to expect none")
+        self._prefix_bytes, self._suffix, self._plen, self._slen = prefix, suffix, len(prefix), len(suffix)
+
+    def commit_plain(self, body: object, /) -> bool:
+        """Whether ``body`` is one plain content chunk (prefix, a non-empty text holding no quote, suffix); then
+        one token is committed now."""
+        pre = self._prefix_bytes
+        if pre is None or type(body) is not bytes:
+            return False
+        end = len(body) - self._slen
+        if end <= self._plen or not body.startswith(pre) or not body.endswith(self._suffix):
+            return False
+        if body.find(b'"', self._plen, end) >= 0:
+            return False
+        self.commit()
+        return True
 
     def __len__(self) -> int:
         return len(self._times)

@@ -4,6 +4,9 @@
  * commit(k=1, proposed=0) records one commit event (k tokens, a monotonic timestamp in nanoseconds),
  * send(n=1) counts tokens handed to the transport, and the read side gives what the terminal state
  * needs: commits up to a time, tokens in them, the token-weighted ITL histogram and the gaps.
+ * expect_plain(prefix, suffix) and commit_plain(body) are the per-chunk shortcut of a streamed reply: a body
+ * that is prefix + text + suffix, its text non-empty and holding no quote, is one plain content chunk of the
+ * stream and commits one token, in one call (see _reply_observer.py for why that shape says so).
  *
  * Nothing here raises on bad data: an invalid count, a clock that fails or memory that runs out is
  * counted in `invalid` and the call does nothing else. A call that does not match the signature (an unknown
@@ -30,6 +33,8 @@ typedef struct {
     long long sent;      /* tokens handed to the transport */
     long long proposed;  /* draft tokens proposed */
     long long invalid;   /* calls ignored: bad count, failed clock, no memory */
+    PyObject *prefix;    /* bytes: the plain content chunk's bytes before its text; NULL: none expected */
+    PyObject *suffix;    /* bytes: its bytes from the quote closing the text */
 } TokenLog;
 
 static int
@@ -197,6 +202,67 @@ TokenLog_send(TokenLog *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
     }
     self->sent += n;
     Py_RETURN_NONE;
+}
+
+/* Record one commit of one token now; -1 (counted in invalid) when the clock or memory fails. */
+static int
+commit_one(TokenLog *self)
+{
+    int64_t t;
+    if (now_ns(self, &t) < 0 || (self->n == self->cap && grow(self) < 0)) {
+        self->invalid++;
+        return -1;
+    }
+    self->times[self->n] = t;
+    if (self->ks != NULL) {
+        self->ks[self->n] = 1;
+    }
+    self->n++;
+    return 0;
+}
+
+static PyObject *
+TokenLog_expect_plain(TokenLog *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "expect_plain() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *prefix = args[0], *suffix = args[1];
+    if (prefix == Py_None) {
+        Py_CLEAR(self->prefix);
+        Py_CLEAR(self->suffix);
+        Py_RETURN_NONE;
+    }
+    if (!PyBytes_CheckExact(prefix) || !PyBytes_CheckExact(suffix)) {
+        PyErr_SetString(PyExc_TypeError, "expect_plain(prefix, suffix): bytes, or None to expect none");
+        return NULL;
+    }
+    Py_XSETREF(self->prefix, Py_NewRef(prefix));
+    Py_XSETREF(self->suffix, Py_NewRef(suffix));
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+TokenLog_commit_plain(TokenLog *self, PyObject *body)
+{
+    PyObject *prefix = self->prefix;
+    if (prefix == NULL || !PyBytes_CheckExact(body)) {
+        Py_RETURN_FALSE;
+    }
+    Py_ssize_t size = PyBytes_GET_SIZE(body);
+    Py_ssize_t plen = PyBytes_GET_SIZE(prefix), slen = PyBytes_GET_SIZE(self->suffix);
+    if (size <= plen + slen) {
+        Py_RETURN_FALSE;  /* no text between them */
+    }
+    const char *data = PyBytes_AS_STRING(body);
+    if (memcmp(data, PyBytes_AS_STRING(prefix), (size_t)plen) != 0
+            || memcmp(data + size - slen, PyBytes_AS_STRING(self->suffix), (size_t)slen) != 0
+            || memchr(data + plen, '"', (size_t)(size - slen - plen)) != NULL) {
+        Py_RETURN_FALSE;
+    }
+    commit_one(self);
+    Py_RETURN_TRUE;
 }
 
 /* The index argument of a read method: 0 <= m <= n. */
@@ -399,6 +465,8 @@ static int
 TokenLog_traverse(TokenLog *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->clock);
+    Py_VISIT(self->prefix);
+    Py_VISIT(self->suffix);
     return 0;
 }
 
@@ -406,6 +474,8 @@ static int
 TokenLog_clear(TokenLog *self)
 {
     Py_CLEAR(self->clock);
+    Py_CLEAR(self->prefix);
+    Py_CLEAR(self->suffix);
     return 0;
 }
 
@@ -431,6 +501,11 @@ static PyMethodDef TokenLog_methods[] = {
     {"itl", (PyCFunction)(void (*)(void))TokenLog_itl, METH_FASTCALL,
      "itl(m, bounds_ns): token-weighted ITL counts per bucket (+Inf last), their sum and maximum, seconds."},
     {"gaps_s", (PyCFunction)TokenLog_gaps_s, METH_O, "gaps_s(m): token-weighted ITL gaps, seconds."},
+    {"expect_plain", (PyCFunction)(void (*)(void))TokenLog_expect_plain, METH_FASTCALL,
+     "expect_plain(prefix, suffix): the bytes around the text of the stream's plain content chunks (None: none)."},
+    {"commit_plain", (PyCFunction)TokenLog_commit_plain, METH_O,
+     "commit_plain(body): whether body is prefix + text + suffix, its text non-empty without a quote; "
+     "then one token is committed now."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -64,6 +64,36 @@ def test_commits_sends_and_proposals_are_counted(impl: Factory) -> None:
     assert log.count_until(50) == 3 and log.count_until(9) == 0 and log.count_until(10**12) == 4
 
 
+PREFIX = b'data: {"choices":[{"delta":{"content":"'
+SUFFIX = b'"},"finish_reason":null}]}\n\n'
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_a_plain_chunk_commits_one_token_only_in_the_shape_expected(impl: Factory) -> None:
+    """``commit_plain`` commits one token for prefix + a non-empty text without a quote + suffix, and nothing for
+    anything else: another prefix or suffix, an empty text, a quote in the text (a second field), not bytes, or
+    before any shape is expected and after it was withdrawn."""
+    log = impl(scripted([10, 20, 30, 40]))
+    assert log.commit_plain(PREFIX + b"tok" + SUFFIX) is False  # no shape expected yet
+    log.expect_plain(PREFIX, SUFFIX)
+    assert log.commit_plain(PREFIX + b"tok" + SUFFIX) is True
+    assert log.commit_plain(PREFIX + b"a\\nb \\u00e9" + SUFFIX) is True  # escapes hold no quote
+    not_plain: list[object] = [
+        PREFIX + SUFFIX,  # an empty text
+        PREFIX + b'x","role":"y' + SUFFIX,  # a quote: another field between
+        PREFIX + b"tok" + SUFFIX.replace(b"null", b'"stop"'),  # another suffix: the finish chunk
+        PREFIX.replace(b"content", b"reasoning") + b"tok" + SUFFIX,  # another prefix
+        PREFIX[:-1], b"", bytearray(PREFIX + b"tok" + SUFFIX), (PREFIX + b"tok" + SUFFIX).decode(), None,
+    ]
+    for body in not_plain:
+        assert log.commit_plain(body) is False, body
+    assert len(log) == 2 and [log.time_ns(i) for i in range(2)] == [10, 20]
+    log.expect_plain(None, b"")
+    assert log.commit_plain(PREFIX + b"tok" + SUFFIX) is False and len(log) == 2
+    with pytest.raises(TypeError):
+        log.expect_plain("text", SUFFIX)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 def test_invalid_counts_are_ignored_and_counted_never_raised_but_a_wrong_signature_raises(impl: Factory) -> None:
     log = impl(scripted([10, 20, 30]))
