@@ -55,6 +55,10 @@ class SummaryWriter(Protocol):
     def close(self) -> None: ...
 
 
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+"""``json.dumps(row, separators=(",", ":"))`` without making an encoder per row."""
+
+
 class JsonlWriter:
     """Appends batches to JSONL files in ``folder``, rotated every ``rotate_rows`` rows
     (``summaries-<unix seconds>-<n>.jsonl``); load them with ``llmslo ingest``."""
@@ -78,7 +82,8 @@ class JsonlWriter:
             self._fh = path.open("a", encoding="utf-8")
             self.files.append(path)
             self._rows = 0
-        self._fh.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
+        encode = _ENCODE
+        self._fh.write("".join(encode(r) + "\n" for r in rows))
         self._fh.flush()
         self._rows += len(rows)
 
