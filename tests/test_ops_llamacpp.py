@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from llmslo.ops import locate_engine, running_llama_server
+from llmslo.ops._llamacpp import MODEL_FILE, find_model
 from llmslo.telemetry import LlmsloError
 
 FAKE = """#!/bin/sh
@@ -26,7 +27,7 @@ def test_a_binary_and_model_named_relative_to_the_working_directory_are_the_ones
     os.chmod("llama-server", 0o755)
     Path("model.gguf").write_bytes(b"GGUF")
     monkeypatch.setenv("LLMSLO_LLAMA_SERVER", "llama-server")
-    monkeypatch.setenv("LLMSLO_MODEL", "model.gguf")
+    monkeypatch.setenv("LLMSLO_GGUF", "model.gguf")
     monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no llama-server on it
     assert locate_engine() == (tmp_path / "llama-server", tmp_path / "model.gguf")
     with pytest.raises(LlmsloError, match="exited with status 3"), running_llama_server(Path("run"), parallel=1,
@@ -35,3 +36,18 @@ def test_a_binary_and_model_named_relative_to_the_working_directory_are_the_ones
     argv = Path("argv.txt").read_text().splitlines()
     assert argv[0] == str(tmp_path / "llama-server")
     assert argv[argv.index("--model") + 1] == str(tmp_path / "model.gguf")
+
+
+def test_the_middlewares_model_label_is_not_taken_for_a_model_file(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``LLMSLO_MODEL`` is the middleware's model label (``vllm serve --middleware`` reads it); the engine's GGUF file
+    is ``LLMSLO_GGUF``: a process that sets the label still runs the cached model, or the file named."""
+    monkeypatch.setenv("LLMSLO_ENGINE_CACHE", str(tmp_path / "cache"))
+    cached = tmp_path / "cache" / "models" / MODEL_FILE
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"GGUF")
+    monkeypatch.setenv("LLMSLO_MODEL", "llama-3.1-8b")
+    monkeypatch.delenv("LLMSLO_GGUF", raising=False)
+    assert find_model() == cached
+    monkeypatch.setenv("LLMSLO_GGUF", str(tmp_path / "other.gguf"))
+    assert find_model() == tmp_path / "other.gguf"
