@@ -61,8 +61,13 @@ def run_gateway(
         show_default=False)] = None,
     engine_metrics: Annotated[str | None, typer.Option(
         "--engine-metrics", help="The engine every --backend runs (llamacpp, nim, sglang, tgi, trtllm, vllm): "
-        "route on its own queue and KV usage, read from its /metrics each second; in a pool file: engine: per "
-        "backend. Default: outstanding requests alone.", metavar="ENGINE", show_default=False)] = None,
+        "route on its own queue and KV usage, read from its /metrics every --engine-interval; in a pool file: "
+        "engine: per backend. Default: outstanding requests alone.", metavar="ENGINE", show_default=False)] = None,
+    engine_interval: Annotated[str, typer.Option(
+        "--engine-interval", help="How often each engine's /metrics is read (--engine-metrics, engine:); figures "
+        "older than three intervals are not used.")] = "1s",
+    health_interval: Annotated[str, typer.Option(
+        "--health-interval", help="How often each backend's /health is checked.")] = "2s",
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="TCP port; 0 picks a free one (printed when ready).")] = 8080,
     admin_port: Annotated[int, typer.Option(
@@ -165,7 +170,9 @@ def run_gateway(
             request_timeout_s=_seconds("--request-timeout", request_timeout, off=True),
             drain_settle_s=_required("--drain-settle", drain_settle, zero=True),
             drain_budget_s=_required("--drain-budget", drain_budget),
-            drain_idle_s=_seconds("--drain-idle", drain_idle, off=True), on_budget=on_budget)
+            drain_idle_s=_seconds("--drain-idle", drain_idle, off=True), on_budget=on_budget,
+            engine_interval_s=_required("--engine-interval", engine_interval),
+            health_interval_s=_required("--health-interval", health_interval))
     except ConfigurationError as exc:
         raise _fail(str(exc), EXIT_USAGE) from None
     writer = _writer(db, jsonl)

@@ -160,6 +160,13 @@ def _gateway(grid: Grid) -> None:
         "Requests forwarded per backend", f"{forwarded.help} Per second.",
         [Target(f"sum by (backend) (rate({series(forwarded)}[{RATE_INTERVAL}]))", "{{backend}}")],
         unit="reqps", stack=True), 12)
+    failures, fallbacks = M["backend_engine_read_failures"], M["backend_engine_fallbacks"]
+    grid.add(timeseries(
+        "Engine metrics: failed reads and fallbacks",
+        f"Failed reads: {failures.help} Fallbacks: {fallbacks.help} Per {RATE_INTERVAL}.",
+        [Target(f"sum by (backend) (increase({series(failures)}[{RATE_INTERVAL}]))", "{{backend}} failed reads"),
+         Target(f"sum by (backend) (increase({series(fallbacks)}[{RATE_INTERVAL}]))", "{{backend}} fallbacks")],
+        unit="short", bars=True), 24)
 
 
 def _streams(grid: Grid) -> None:

@@ -31,6 +31,9 @@ class PoolCollector(Collector):
             "backend_limit": [float(b.limit.limit) for b in backends],
             "backend_requests": [float(b.served) for b in backends],
             "backend_pool_changes": [float(b.changes) for b in backends],
+            "backend_engine_read_failures": [float(0 if b.engine is None else b.engine.read_failures)
+                                             for b in backends],
+            "backend_engine_fallbacks": [float(0 if b.engine is None else b.engine.fallbacks) for b in backends],
         }
         for key, per_backend in values.items():
             m = METRICS_BY_KEY[key]

@@ -336,8 +336,17 @@ BACKEND_REQUESTS = Metric(
 BACKEND_POOL_CHANGES = Metric(
     "backend_pool_changes", "llmslo_backend_pool_changes_total", "counter", "",
     "Changes of the backend's routability: into or out of the pool, healthy or not.", ("backend",))
+BACKEND_ENGINE_READ_FAILURES = Metric(
+    "backend_engine_read_failures", "llmslo_backend_engine_read_failures_total", "counter", "",
+    "Reads of the backend engine's own /metrics that failed (no answer in time, a status other than 200, no "
+    "figure the engine's profile names); 0 where the gateway does not read the engine.", ("backend",))
+BACKEND_ENGINE_FALLBACKS = Metric(
+    "backend_engine_fallbacks", "llmslo_backend_engine_fallbacks_total", "counter", "",
+    "Routing choices between two backends that weighed this one by outstanding requests alone, its engine's "
+    "figures being missing or stale; 0 where the gateway does not read the engine.", ("backend",))
 GATEWAY_METRICS: tuple[Metric, ...] = (
-    BACKEND_ROUTABLE, BACKEND_DRAINING, BACKEND_OUTSTANDING, BACKEND_LIMIT, BACKEND_REQUESTS, BACKEND_POOL_CHANGES)
+    BACKEND_ROUTABLE, BACKEND_DRAINING, BACKEND_OUTSTANDING, BACKEND_LIMIT, BACKEND_REQUESTS, BACKEND_POOL_CHANGES,
+    BACKEND_ENGINE_READ_FAILURES, BACKEND_ENGINE_FALLBACKS)
 """The gateway's per-backend series (label ``backend``)."""
 
 METRICS: tuple[Metric, ...] = (

@@ -296,6 +296,32 @@ def test_without_fresh_figures_on_both_routing_is_exactly_outstanding_requests_a
     assert pool.backends["b0"].status()["engine_fallbacks"] == pool.backends["b0"].engine.fallbacks  # type: ignore[union-attr]
 
 
+def test_failed_reads_and_fallbacks_are_series_per_backend() -> None:
+    """``llmslo_backend_engine_read_failures_total`` and ``..._fallbacks_total`` carry each backend's counts, 0 for a
+    backend whose engine is not read, in the exposition a scrape of the gateway gets."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from llmslo.gateway._metrics import PoolCollector
+
+    clock = [100.0]
+    specs = (BackendSpec("read", "http://127.0.0.1:9000", engine="vllm"), BackendSpec("plain", "http://127.0.0.1:9001"))
+    pool = Pool(GatewayConfig(backends=specs, engine_interval_s=1.0), Telemetry(version="gateway"),
+                rng=random.Random(3), clock=lambda: clock[0])
+    engine = pool.backends["read"].engine
+    assert engine is not None
+    engine._failed("answered 500, not 200")
+    engine._failed("no exposition within 1 s")
+    _picks(pool, 6)  # never read: each choice between the two weighs "read" by outstanding requests alone
+    registry = CollectorRegistry()
+    registry.register(PoolCollector(pool))
+    text = generate_latest(registry).decode()
+    values = {(s.name, s.label("backend")): s.value for _, s in parse_exposition(text).samples()}
+    assert values[("llmslo_backend_engine_read_failures_total", "read")] == 2
+    assert values[("llmslo_backend_engine_read_failures_total", "plain")] == 0
+    assert values[("llmslo_backend_engine_fallbacks_total", "read")] == engine.fallbacks > 0
+    assert values[("llmslo_backend_engine_fallbacks_total", "plain")] == 0
+
+
 def test_the_fallback_is_not_taken_while_the_figures_are_fresh() -> None:
     clock = [100.0]
     pool = _pool(clock, n=3)
@@ -440,6 +466,25 @@ def test_the_cli_refuses_an_unknown_engine_and_engine_metrics_with_a_pool(tmp_pa
     pool.write_text(json.dumps({"backends": [{"url": "http://127.0.0.1:8001"}]}))
     both = runner.invoke(app, ["gateway", "--pool", str(pool), "--engine-metrics", "vllm"])
     assert both.exit_code != 0 and "in a pool file set engine: on each backend" in both.output
+
+
+def test_the_read_and_health_intervals_come_from_the_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from llmslo.cli import _gateway as cli
+    from llmslo.cli._app import app
+
+    seen: list[GatewayConfig] = []
+    monkeypatch.setattr(cli, "_run", lambda config, version, writer: seen.append(config))
+    runner = CliRunner()
+    base = ["gateway", "--backend", "http://127.0.0.1:8001", "--engine-metrics", "vllm"]
+    ok = runner.invoke(app, [*base, "--engine-interval", "250ms", "--health-interval", "5s"])
+    assert ok.exit_code == 0, ok.output
+    assert (seen[-1].engine_interval_s, seen[-1].health_interval_s) == (0.25, 5.0)
+    assert runner.invoke(app, base).exit_code == 0 and (seen[-1].engine_interval_s, seen[-1].health_interval_s) == (
+        1.0, 2.0)
+    bad = runner.invoke(app, [*base, "--engine-interval", "0s"])
+    assert bad.exit_code == 2 and "--engine-interval" in bad.output and len(seen) == 2
 
 
 @pytest.mark.integration
