@@ -1,0 +1,141 @@
+"""What a proxy adds to a first token, read off the loopback interface with the kernel's own timestamps.
+
+A proxy's added TTFT, measured at the client, moves with everything else on the machine: the engine's step,
+the load generator's own event loop, the proxy's CPU slowing the other two. On the wire it is one difference:
+the moment the proxy's packet carrying a stream's first event leaves it, less the moment the engine's packet
+carrying the same event left the engine. :class:`WireCapture` reads every packet on ``lo`` (a raw ``AF_PACKET``
+socket, so root or ``CAP_NET_RAW``), keeps the outgoing ones sent from the ports it watches, and for each stream
+(the request id in its events' ``"id": "chatcmpl-<request id>"``, as ``llmslo serve`` writes it) the kernel's
+timestamp (``SO_TIMESTAMPNS``, taken when the packet was handed to the interface) of the first packet that carries
+one of its events. The proxy forwards the engine's bytes unchanged, so the same event is found on both sides.
+
+Standard library only; Linux only. Loopback packets are seen twice (as sent and as received): only the sent copy
+is kept. An event split between two TCP segments before its id is not found (the stream is then left out, and
+counted as missing by the caller).
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import struct
+import threading
+from collections.abc import Iterable
+from types import TracebackType
+
+SO_TIMESTAMPNS = 35
+"""``SO_TIMESTAMPNS`` (Linux): a ``struct timespec`` of the packet's arrival at the socket, as ancillary data."""
+ETH_P_ALL = 0x0003
+PACKET_OUTGOING = 4
+"""``sll_pkttype`` of a packet this host sent (the other copy of a loopback packet is ``PACKET_HOST``)."""
+EVENT_ID = re.compile(rb'data: ?\{"id": ?"(?:chatcmpl|cmpl)-([A-Za-z0-9._:-]{1,128})"')
+"""The start of a streamed event of ``llmslo serve`` (and of vLLM-shaped servers): its response id holds the
+request id."""
+RECEIVE_BUFFER = 64 << 20
+"""The capture socket's receive buffer, bytes: room for the packets of a busy second while the reader catches up."""
+
+
+class WireUnavailable(RuntimeError):
+    """Packets cannot be captured here (not Linux, or neither root nor ``CAP_NET_RAW``)."""
+
+
+class WireCapture:
+    """``with WireCapture(ports) as cap:`` captures until the block ends; then :attr:`first` holds, per source port,
+    ``request id -> Unix seconds`` of the first packet sent from that port carrying one of the stream's events."""
+
+    def __init__(self, ports: Iterable[int], interface: str = "lo") -> None:
+        self.ports = frozenset(ports)
+        self.interface = interface
+        self.first: dict[int, dict[str, float]] = {p: {} for p in self.ports}
+        self.packets = 0
+        """Outgoing packets with a payload, from a watched port."""
+        self._stop = threading.Event()
+        self._sock: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> WireCapture:
+        try:
+            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(ETH_P_ALL))
+        except (AttributeError, PermissionError, OSError) as exc:
+            raise WireUnavailable(f"no raw packet socket here ({exc}): run as root, or grant CAP_NET_RAW") from None
+        try:
+            sock.bind((self.interface, 0))
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+            sock.settimeout(0.1)
+        except OSError as exc:
+            sock.close()
+            raise WireUnavailable(f"cannot capture on {self.interface}: {exc}") from None
+        self._sock = sock
+        self._thread = threading.Thread(target=self._run, name="wire-capture", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        if self._sock is not None:
+            self._sock.close()
+
+    def _run(self) -> None:
+        assert self._sock is not None
+        sock, ports = self._sock, self.ports
+        while True:
+            try:
+                data, ancillary, _, address = sock.recvmsg(65_600, 64)
+            except TimeoutError:
+                if self._stop.is_set():
+                    return  # the socket is drained: nothing arrived for a read's timeout
+                continue
+            except OSError:
+                return
+            if address[2] != PACKET_OUTGOING:
+                continue
+            found = _tcp_payload(data)
+            if found is None or found[0] not in ports:
+                continue
+            sport, payload = found
+            when = _timestamp(ancillary)
+            if when is None:
+                continue
+            self.packets += 1
+            first = self.first[sport]
+            for match in EVENT_ID.finditer(payload):
+                rid = match.group(1).decode("ascii")
+                if rid not in first:
+                    first[rid] = when
+
+    def holds(self, engine_port: int, proxy_port: int) -> dict[str, float]:
+        """Per request id seen on both sides: the proxy's first packet of the stream less the engine's, seconds."""
+        engine, proxy = self.first.get(engine_port, {}), self.first.get(proxy_port, {})
+        return {rid: proxy[rid] - engine[rid] for rid in engine.keys() & proxy.keys()}
+
+
+def _tcp_payload(frame: bytes) -> tuple[int, bytes] | None:
+    """The source port and payload of an Ethernet-framed IPv4 TCP segment with a payload; None for anything
+    else."""
+    if len(frame) < 14 + 20 + 20 or frame[12:14] != b"\x08\x00":
+        return None
+    ip = 14
+    ihl = (frame[ip] & 0x0F) * 4
+    if frame[ip] >> 4 != 4 or frame[ip + 9] != 6:  # IPv4, TCP
+        return None
+    total = struct.unpack_from("!H", frame, ip + 2)[0]
+    tcp = ip + ihl
+    if len(frame) < tcp + 20:
+        return None
+    offset = (frame[tcp + 12] >> 4) * 4
+    start, end = tcp + offset, min(len(frame), ip + total)
+    if end <= start:
+        return None
+    return struct.unpack_from("!H", frame, tcp)[0], frame[start:end]
+
+
+def _timestamp(ancillary: list[tuple[int, int, bytes]]) -> float | None:
+    """The kernel's timestamp of a packet (``SO_TIMESTAMPNS``), Unix seconds; None when absent."""
+    for level, kind, value in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= 16:
+            seconds, nanoseconds = struct.unpack_from("qq", value)
+            return seconds + nanoseconds / 1e9
+    return None
