@@ -523,6 +523,9 @@ def scenario_table(sc: Scenario, figs: dict[str, dict[str, float]], proxies: Seq
                        f"{sc.spreads.get(p, {}).get('added_ttft_p99_ms', '-')}" for p in shown)
     ranges += "; per request p99: " + "; ".join(
         f"{p} {sc.spreads.get(p, {}).get('paired_ttft_p99_ms', '-')}" for p in shown)
+    if any("wire_hold_p99_ms" in sc.spreads.get(p, {}) for p in shown):
+        ranges += "; on the wire p99: " + "; ".join(
+            f"{p} {sc.spreads.get(p, {}).get('wire_hold_p99_ms', '-')}" for p in shown)
     return (table(headers, rows) + f"\nadded TTFT over the {len(sc.runs)} repeat(s), min..max (ms): {ranges}"
             + (f"\n{sc.unmatched} client row(s) with a TTFT found no upstream row" if sc.unmatched else ""))
 
