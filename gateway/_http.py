@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import cast
+from typing import TYPE_CHECKING, SupportsIndex, cast
 
 MAX_HEAD_BYTES = 64 * 1024
 """The longest request or response head (request line and headers), bytes."""
@@ -270,10 +270,20 @@ class Responder:
 
     async def write_chunk(self, data: bytes) -> None:
         """One chunk (empty data: nothing); waits while the client reads too slowly."""
+        if self.put_chunk(data):
+            await self._conn.writable()
+
+    def put_chunk(self, data: bytes) -> bool:
+        """One chunk (empty data: nothing), not waiting: whether the client now reads too slowly (then wait for
+        :meth:`writable` before the next)."""
         if data and not self._conn.closed and self._transport is not None:
             self._transport.write(b"%x\r\n%s\r\n" % (len(data), data))
-            if self._conn._paused:
-                await self._conn.writable()
+            return self._conn._paused
+        return False
+
+    async def writable(self) -> None:
+        """Wait until the client has read enough (or left)."""
+        await self._conn.writable()
 
     def end(self, last: bytes = b"") -> None:
         """End a chunked response, ``last`` its final chunk (not waiting for the client): it is complete."""
@@ -312,11 +322,71 @@ class UpstreamError(Exception):
     """The backend could not be reached, or sent something that is not an HTTP response."""
 
 
+class PumpReader(asyncio.StreamReader):
+    """A stream reader that, while a pump is attached (:meth:`attach`), hands each read straight to it from the
+    connection's callback: no buffer, no task woken per read. Detached, it is asyncio's reader."""
+
+    _pump: Callable[[bytes], None] | None = None
+    _pump_end: Callable[[BaseException | None], None] | None = None
+    if TYPE_CHECKING:  # asyncio.StreamReader's own state (CPython 3.8 to 3.13)
+        _buffer: bytearray
+        _eof: bool
+        _exception: BaseException | None
+
+        def _maybe_resume_transport(self) -> None: ...
+
+    def attach(self, pump: Callable[[bytes], None], end: Callable[[BaseException | None], None]) -> None:
+        """From now on, call ``pump(data)`` with what arrives (what is buffered first) and ``end(exc)`` once at
+        the end of the stream (``exc`` None for a plain end, else the connection's error)."""
+        self._pump, self._pump_end = pump, end
+        if self._buffer:
+            data = bytes(self._buffer)
+            self._buffer.clear()
+            self._maybe_resume_transport()
+            pump(data)
+        if self._eof or self._exception is not None:
+            self._ended(self._exception)
+
+    def detach(self) -> None:
+        """Buffer again, as asyncio's reader."""
+        self._pump = self._pump_end = None
+
+    def feed_data(self, data: Iterable[SupportsIndex]) -> None:
+        pump = self._pump
+        if pump is None:
+            super().feed_data(data)
+        else:
+            pump(bytes(data))  # the protocol's bytes (bytes() of a bytes object is that object)
+
+    def feed_eof(self) -> None:
+        super().feed_eof()
+        self._ended(None)
+
+    def set_exception(self, exc: Exception) -> None:
+        super().set_exception(exc)
+        self._ended(exc)
+
+    def _ended(self, exc: BaseException | None) -> None:
+        end = self._pump_end
+        if end is not None:
+            self._pump = self._pump_end = None
+            end(exc)
+
+
+async def open_upstream(host: str, port: int, limit: int) -> tuple[PumpReader, asyncio.StreamWriter]:
+    """``asyncio.open_connection`` with a :class:`PumpReader`."""
+    loop = asyncio.get_running_loop()
+    reader = PumpReader(limit=limit, loop=loop)
+    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+    transport, _ = await loop.create_connection(lambda: protocol, host, port)
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+
 @dataclass(slots=True)
 class UpstreamConnection:
     """One open connection to a backend."""
 
-    reader: asyncio.StreamReader
+    reader: PumpReader
     writer: asyncio.StreamWriter
 
     def abort(self) -> None:
@@ -355,7 +425,7 @@ class UpstreamPool:
             conn.abort()  # the backend closed it meanwhile
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, limit=MAX_HEAD_BYTES), self.connect_timeout_s)
+                open_upstream(self.host, self.port, MAX_HEAD_BYTES), self.connect_timeout_s)
         except (OSError, TimeoutError) as exc:
             raise UpstreamError(f"connect to {self.host}:{self.port}: {exc or type(exc).__name__}") from exc
         return UpstreamConnection(reader, writer), False

@@ -35,6 +35,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
+from typing import cast
 
 from llmslo.controls import (
     AdmissionQueue,
@@ -71,7 +72,6 @@ MODEL_NAME = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
 """What a model name may be: 1 to 256 characters, no control characters."""
 MAX_ERROR_BYTES = 64 * 1024
 """The most bytes of a backend's error response read before it is retried elsewhere."""
-READ_BYTES = 64 * 1024
 """The most bytes read from a backend at once."""
 DRAINING_RETRY_AFTER_S = 1.0
 MAX_GAPS = 4096
@@ -501,66 +501,42 @@ class GatewayApp:
 
     async def _pass(self, b: Backend, conn: UpstreamConnection, resp: UpstreamResponse, res: Responder,
                     t: RequestTracker, p: _Parsed, ex: _Exchange, obs: ReplyObserver) -> str:
-        """Pass the body on; the request's end: ``complete``, or why it did not."""
-        reader = conn.reader
-        decoder = ChunkedDecoder() if resp.chunked else None
-        left = resp.length
-        until_eof = decoder is None and left is None
-        strip = _UsageStripper() if p.injected_usage and obs.kind == SSE else None
-        send_count = t.send
-        stall = self.config.stall_s
+        """Pass the body on; the request's end: ``complete``, or why it did not.
+
+        Each read of the backend is passed on from the connection's own callback (:class:`PumpReader`), as it
+        arrives: no task is woken per read. This coroutine waits for the end, and while the client reads too
+        slowly it stops reading the backend until the client has caught up."""
         loop = asyncio.get_running_loop()
+        pump = _Pump(self, b, resp, res, t, p, ex, obs, loop)
+        reader = conn.reader
+        transport = cast(asyncio.Transport, conn.writer.transport)
+        stall = self.config.stall_s
         ex.watchdog = loop.call_later(stall, self._check_stall, ex, stall)
-        first = True
-        last_ns = 0
-        complete = False
         try:
-            while True:
-                try:
-                    data = await reader.read(READ_BYTES)
-                except OSError:
-                    data = b""
-                if not data:
-                    complete = until_eof and ex.ended_by is None  # a body framed by the connection's close
-                    break
-                ex.last_io = time.monotonic()
-                if decoder is not None:
-                    try:
-                        payload = decoder.feed(data)
-                    except UpstreamError:
-                        break
-                    done = decoder.done
-                else:
-                    payload = data
-                    if left is not None:
-                        left -= len(data)
-                    done = left is not None and left <= 0
-                if payload:
-                    k = 1 if obs.plain(payload) else obs.body(payload, done)
-                    if k:
-                        now = time.monotonic_ns()
-                        if first:
-                            first = False
-                            ex.first_ns = now
-                            self._check_ttft(b, t)
-                        elif len(ex.gaps) < MAX_GAPS:
-                            ex.gaps.append((now - last_ns) / 1e9)
-                        last_ns = now
-                    await res.write_chunk(payload if strip is None else strip.feed(payload))
-                    if k:
-                        send_count(k)
-                    if obs.finish is not None or obs.error is not None:
-                        ex.finish_sent = True
-                if done:
-                    complete = True
-                    break
+            reader.attach(pump.feed, pump.end)
+            while not pump.ended:
+                if not pump.paused:
+                    pump.wake = loop.create_future()
+                    await pump.wake
+                    continue
+                await res.writable()  # the client caught up (or left): the rest of the last read, then read on
+                pump.paused = False
+                held, pump.held = pump.held, b""
+                if held:
+                    pump.feed(held)
+                if not pump.ended and not pump.paused and not transport.is_closing():
+                    transport.resume_reading()
         finally:
+            reader.detach()
             if ex.watchdog is not None:
                 ex.watchdog.cancel()
                 ex.watchdog = None
-        if strip is not None and complete:
-            await res.write_chunk(strip.flush())
-        return self._end(b, res, t, ex, obs, complete, decoder is not None)
+        if pump.failed is not None:
+            raise pump.failed
+        complete = pump.complete
+        if pump.strip is not None and complete:
+            await res.write_chunk(pump.strip.flush())
+        return self._end(b, res, t, ex, obs, complete, pump.decoder is not None)
 
     def _end(self, b: Backend, res: Responder, t: RequestTracker, ex: _Exchange, obs: ReplyObserver,
              complete: bool, chunked: bool) -> str:
@@ -619,6 +595,109 @@ class GatewayApp:
             ttft = (self.tel.clock_ns() - t.arrival_ns) / 1e9
             if ttft > bound:
                 b.breaker.record_failure("slow_ttft")
+
+
+PASS_BYTES = 64 * 1024
+"""The most bytes of a backend's read passed on before the client's buffer is looked at again."""
+
+
+class _Pump:
+    """One response body passed on from the backend connection's callback (see :meth:`GatewayApp._pass`):
+    :meth:`feed` with each read, :meth:`end` at the connection's end. ``wake`` is set when the body ended or the
+    client reads too slowly (``paused``: the backend's reading was paused)."""
+
+    __slots__ = ("app", "b", "complete", "decoder", "ended", "ex", "failed", "first", "held", "last_ns", "left",
+                 "obs", "paused", "res", "send_count", "strip", "t", "transport_pause", "until_eof", "wake")
+
+    def __init__(self, app: GatewayApp, b: Backend, resp: UpstreamResponse, res: Responder, t: RequestTracker,
+                 p: _Parsed, ex: _Exchange, obs: ReplyObserver, loop: asyncio.AbstractEventLoop) -> None:
+        self.app, self.b, self.res, self.t, self.ex, self.obs = app, b, res, t, ex, obs
+        self.decoder = ChunkedDecoder() if resp.chunked else None
+        self.left = resp.length
+        self.until_eof = self.decoder is None and self.left is None
+        self.strip = _UsageStripper() if p.injected_usage and obs.kind == SSE else None
+        self.send_count = t.send
+        self.first = True
+        self.last_ns = 0
+        self.complete = self.ended = self.paused = False
+        self.held = b""
+        """The rest of a read not passed on while the client reads too slowly (at most one read)."""
+        self.failed: BaseException | None = None
+        conn = ex.conn
+        self.transport_pause = (cast(asyncio.Transport, conn.writer.transport).pause_reading if conn is not None
+                                else None)
+        self.wake: asyncio.Future[None] | None = None
+
+    def _wake(self) -> None:
+        wake = self.wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    def end(self, exc: BaseException | None) -> None:
+        """The backend's connection ended (``exc``: its error): a body framed by the close is complete."""
+        if not self.ended:
+            self.ended = True
+            self.complete = self.until_eof and self.ex.ended_by is None
+            self._wake()
+
+    def feed(self, data: bytes) -> None:
+        """One read of the backend's body: decode, observe, pass on. Never raises (a failure ends the body)."""
+        if self.ended or not data:
+            return
+        try:
+            while data:  # in parts of at most PASS_BYTES, so that a slow client holds at most one part more
+                part, data = data[:PASS_BYTES], data[PASS_BYTES:]
+                self._feed(part)
+                if self.ended:
+                    return
+                if self.paused and data:
+                    self.held = data
+                    return
+        except UpstreamError:
+            self.ended = True  # bad framing: not complete
+            self._wake()
+        except Exception as exc:  # a bug: end this request rather than the connection's callback
+            self.failed = exc
+            self.ended = True
+            self._wake()
+
+    def _feed(self, data: bytes) -> None:
+        ex = self.ex
+        ex.last_io = time.monotonic()
+        decoder = self.decoder
+        if decoder is not None:
+            payload = decoder.feed(data)
+            done = decoder.done
+        else:
+            payload = data
+            left = self.left
+            if left is not None:
+                left = self.left = left - len(data)
+            done = left is not None and left <= 0
+        if payload:
+            obs = self.obs
+            k = 1 if obs.plain(payload) else obs.body(payload, done)
+            if k:
+                now = time.monotonic_ns()
+                if self.first:
+                    self.first = False
+                    ex.first_ns = now
+                    self.app._check_ttft(self.b, self.t)
+                elif len(ex.gaps) < MAX_GAPS:
+                    ex.gaps.append((now - self.last_ns) / 1e9)
+                self.last_ns = now
+            slow = self.res.put_chunk(payload if self.strip is None else self.strip.feed(payload))
+            if k:
+                self.send_count(k)
+            if obs.finish is not None or obs.error is not None:
+                ex.finish_sent = True
+            if slow and not done and not self.paused and self.transport_pause is not None:
+                self.paused = True
+                self.transport_pause()
+                self._wake()
+        if done:
+            self.complete = self.ended = True
+            self._wake()
 
 
 class _UsageStripper:
