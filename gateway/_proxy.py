@@ -13,7 +13,9 @@ been read and exactly one terminal state. In order:
 3. **Route**: a backend by :meth:`Pool.pick`; none routable is 503 ``circuit_open``.
 4. **Forward**: the body as sent (``stream_options.include_usage`` added to a stream that did not ask for it, and
    the usage-only event it brings withheld from that client); the engine's bytes are passed on as they arrive,
-   each upstream read one chunk to the client, never re-serialised. A backend that cannot be reached or answers
+   from the backend connection's own callback (no task woken per read), each read one chunk to the client (in
+   parts of at most :data:`PASS_BYTES`), never re-serialised; a client that reads too slowly pauses the reading
+   of the backend. A backend that cannot be reached or answers
    5xx before anything reached the client is tried on another backend (``retries``).
 5. **End**: the reply's finish reason (the :class:`ReplyObserver`), or the client leaving (``client_cancel``: the
    backend request is cancelled at once by closing its connection), or the gateway ending it with a last event
