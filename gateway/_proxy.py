@@ -526,8 +526,8 @@ class GatewayApp:
                 held, pump.held = pump.held, b""
                 if held:
                     pump.feed(held)
-                if not pump.ended and not pump.paused and not transport.is_closing():
-                    transport.resume_reading()
+                if not pump.paused and not transport.is_closing():
+                    transport.resume_reading()  # also when the held part ended the body: the connection may be kept
         finally:
             reader.detach()
             if ex.watchdog is not None:
