@@ -36,6 +36,7 @@ import math
 import re
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -74,7 +75,6 @@ MODEL_NAME = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
 """What a model name may be: 1 to 256 characters, no control characters."""
 MAX_ERROR_BYTES = 64 * 1024
 """The most bytes of a backend's error response read before it is retried elsewhere."""
-"""The most bytes read from a backend at once."""
 DRAINING_RETRY_AFTER_S = 1.0
 MAX_GAPS = 4096
 """The most inter-chunk gaps of one stream kept for its backend's concurrency limit."""
@@ -509,9 +509,9 @@ class GatewayApp:
         arrives: no task is woken per read. This coroutine waits for the end, and while the client reads too
         slowly it stops reading the backend until the client has caught up."""
         loop = asyncio.get_running_loop()
-        pump = _Pump(self, b, resp, res, t, p, ex, obs, loop)
-        reader = conn.reader
         transport = cast(asyncio.Transport, conn.writer.transport)
+        pump = _Pump(self, b, resp, res, t, p, ex, obs, transport.pause_reading)
+        reader = conn.reader
         stall = self.config.stall_s
         ex.watchdog = loop.call_later(stall, self._check_stall, ex, stall)
         try:
@@ -612,7 +612,7 @@ class _Pump:
                  "obs", "paused", "res", "send_count", "strip", "t", "transport_pause", "until_eof", "wake")
 
     def __init__(self, app: GatewayApp, b: Backend, resp: UpstreamResponse, res: Responder, t: RequestTracker,
-                 p: _Parsed, ex: _Exchange, obs: ReplyObserver, loop: asyncio.AbstractEventLoop) -> None:
+                 p: _Parsed, ex: _Exchange, obs: ReplyObserver, pause_reading: Callable[[], None]) -> None:
         self.app, self.b, self.res, self.t, self.ex, self.obs = app, b, res, t, ex, obs
         self.decoder = ChunkedDecoder() if resp.chunked else None
         self.left = resp.length
@@ -625,9 +625,7 @@ class _Pump:
         self.held = b""
         """The rest of a read not passed on while the client reads too slowly (at most one read)."""
         self.failed: BaseException | None = None
-        conn = ex.conn
-        self.transport_pause = (cast(asyncio.Transport, conn.writer.transport).pause_reading if conn is not None
-                                else None)
+        self.transport_pause = pause_reading
         self.wake: asyncio.Future[None] | None = None
 
     def _wake(self) -> None:
@@ -693,7 +691,7 @@ class _Pump:
                 self.send_count(k)
             if obs.finish is not None or obs.error is not None:
                 ex.finish_sent = True
-            if slow and not done and not self.paused and self.transport_pause is not None:
+            if slow and not done and not self.paused:
                 self.paused = True
                 self.transport_pause()
                 self._wake()
