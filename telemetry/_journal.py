@@ -402,24 +402,13 @@ class Journal:
 
         The closes are counted first, then the ends, then the opens, and that many of each taken: a request's
         open is queued before its end and its end before its close, so whatever end or close is taken finds its
-        open taken now or before. (The journal's cost per request is mostly here: a few dictionary operations
-        and one formatted string per request.)"""
+        open taken now or before. The closes are taken before the ends: a request whose summary was written
+        since the last batch is written closed only (an ``x`` and no ``d``: its end says nothing a recovery
+        could use). (The journal's cost per request is mostly here: a few dictionary operations and one
+        formatted string per request.)"""
         n_closes, n_ends, n_opens = len(self._closes), len(self._ends), len(self._opens)
         opened = self._take_opens(n_opens, lines, n_closes)
         live = self._open
-        if n_ends:
-            get, take, known = live.get, self._ends.popleft, self._last_t
-            ended: list[str] = []
-            add = ended.append
-            for _ in range(n_ends):
-                o = get(take())
-                if o is not None and not o[8]:  # _ENDED
-                    o[6] = None  # _SOURCE
-                    o[8] = True  # _ENDED
-                    o[9] = known  # _KNOWN
-                    add(o[10])  # _ID
-            if ended:
-                lines.append('{"d":[' + ",".join(ended) + "]}\n")
         if n_closes:
             pop, take = live.pop, self._closes.popleft
             closed: list[str] = []
@@ -430,6 +419,19 @@ class Journal:
                     add(o[10])  # _ID
             if closed:
                 lines.append('{"x":[' + ",".join(closed) + "]}\n")
+        if n_ends:
+            get, take, known = live.get, self._ends.popleft, self._last_t
+            ended: list[str] = []
+            add = ended.append
+            for _ in range(n_ends):
+                o = get(take())
+                if o is not None and not o[8]:  # _ENDED (None: closed in this batch or before)
+                    o[6] = None  # _SOURCE
+                    o[8] = True  # _ENDED
+                    o[9] = known  # _KNOWN
+                    add(o[10])  # _ID
+            if ended:
+                lines.append('{"d":[' + ",".join(ended) + "]}\n")
         return opened
 
     def _take_opens(self, n: int, lines: list[str], closing: int) -> int:

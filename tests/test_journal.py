@@ -96,6 +96,21 @@ def test_entries_wait_in_memory_until_a_flush_writes_them_and_a_close_ends_one(t
     assert j.entries_written == 3
 
 
+def test_a_request_closed_in_the_batch_it_ended_in_is_written_closed_only(tmp_path: Path, journals: Any) -> None:
+    j = journals(tmp_path / "j")
+    for rid in ("a", "b"):
+        j.open_request(rid, T0, "m", "v1", "default", 10)
+    j.flush()
+    j.end_request("a")
+    j.end_request("b")
+    j.close_request("a")  # a's summary written before this batch: its end says nothing more
+    j.flush()
+    batch = segment_lines(tmp_path / "j")[-3:]
+    assert batch[0] == {"x": ["a"]} and batch[1] == {"d": ["b"]} and "t" in batch[2]
+    state = read_journal(tmp_path / "j")
+    assert [(e.request_id, e.ended) for e in state.pending] == [("b", True)] and state.closed == 1
+
+
 def test_enough_waiting_entries_wake_the_writer_before_its_interval(tmp_path: Path, journals: Any) -> None:
     j = journals(tmp_path / "j", flush_entries=3)
     for i in range(4):
