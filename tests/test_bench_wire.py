@@ -19,16 +19,17 @@ HOLD_S = 0.05
 """How long the stand-in proxy holds the event before passing it on, seconds."""
 
 
-def frame(sport: int, payload: bytes, proto: int = 6) -> bytes:
-    """An Ethernet-framed IPv4 segment (TCP unless ``proto`` says otherwise) from ``sport`` carrying ``payload``."""
-    tcp = struct.pack("!HHIIBBHHH", sport, 40000, 1, 1, 5 << 4, 0x18, 65535, 0, 0)
+def frame(sport: int, payload: bytes, proto: int = 6, dport: int = 40000) -> bytes:
+    """An Ethernet-framed IPv4 segment (TCP unless ``proto`` says otherwise) from ``sport`` to ``dport`` carrying
+    ``payload``."""
+    tcp = struct.pack("!HHIIBBHHH", sport, dport, 1, 1, 5 << 4, 0x18, 65535, 0, 0)
     ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp) + len(payload), 0, 0, 64, proto, 0,
                      bytes([127, 0, 0, 1]), bytes([127, 0, 0, 1]))
     return b"\x00" * 12 + b"\x08\x00" + ip + tcp + payload
 
 
 def test_a_segment_gives_its_source_port_and_payload_and_anything_else_none() -> None:
-    assert _tcp_payload(frame(8001, EVENT)) == (8001, EVENT)
+    assert _tcp_payload(frame(8001, EVENT)) == (8001, 40000, EVENT)
     assert _tcp_payload(frame(8001, b"")) is None  # an ACK: no payload
     assert _tcp_payload(frame(8001, EVENT, proto=17)) is None  # UDP
     assert _tcp_payload(b"\x00" * 12 + b"\x86\xdd" + frame(8001, EVENT)[14:]) is None  # not IPv4
@@ -69,20 +70,45 @@ def capture_allowed() -> Iterator[None]:
     yield
 
 
-def test_the_proxys_hold_of_a_first_event_is_read_off_the_wire(capture_allowed: None) -> None:
-    """An upstream sends one event; a stand-in proxy reads it, holds it HOLD_S, passes it to its client. On the
-    wire, the proxy's packet leaves at least HOLD_S after the upstream's, and the capture says so for that id."""
+HEAD = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-request-id: 2f1c9a7e-1d2b-4c3d-8e4f-5a6b7c8d9e0f\r\n"
+        b"content-length: 4\r\n\r\n")
+BODY = b"{}\r\n"
+GAP_S = 0.5
+"""How long the client waits between its request's head and its body, seconds."""
+
+
+def test_a_request_ends_with_the_last_packet_its_connection_carried_before_the_next_head() -> None:
+    cap = WireCapture({8000})
+    cap._request_packet(8000, 50001, b"body of a request whose head was not seen", 1.0)
+    cap._request_packet(8000, 50001, HEAD, 2.0)
+    cap._request_packet(8000, 50001, BODY, 3.0)
+    cap._request_packet(8000, 50002, b"other connection", 4.0)
+    cap._request_packet(8000, 50001, HEAD.replace(b"2f1c", b"3e1c"), 5.0)
+    assert cap.request_end[8000] == {"2f1c9a7e-1d2b-4c3d-8e4f-5a6b7c8d9e0f": 3.0,
+                                     "3e1c9a7e-1d2b-4c3d-8e4f-5a6b7c8d9e0f": 5.0}
+
+
+def test_the_proxys_holds_of_a_request_and_of_its_first_event_are_read_off_the_wire(capture_allowed: None) -> None:
+    """A client sends a request's head, then GAP_S later its body; a stand-in proxy reads the whole request,
+    holds it HOLD_S and sends it on in one packet; the upstream answers one event, which the proxy holds HOLD_S
+    before passing it on. On the wire, each hold is at least HOLD_S, and the request's counts from the client's
+    last packet (the body), not its first (the head)."""
     upstream, proxy = _listener(), _listener()
     up_port, proxy_port = upstream.getsockname()[1], proxy.getsockname()[1]
 
     def engine(conn: socket.socket) -> None:
-        conn.recv(100)
+        got = b""
+        while not got.endswith(BODY):
+            got += conn.recv(1000)
         conn.sendall(EVENT)
 
     def forward(conn: socket.socket) -> None:
-        conn.recv(100)
+        got = b""
+        while not got.endswith(BODY):
+            got += conn.recv(1000)
+        time.sleep(HOLD_S)
         with socket.create_connection(("127.0.0.1", up_port)) as up:
-            up.sendall(b"go")
+            up.sendall(got)
             data = up.recv(len(EVENT))
             time.sleep(HOLD_S)
             conn.sendall(data)
@@ -90,14 +116,18 @@ def test_the_proxys_hold_of_a_first_event_is_read_off_the_wire(capture_allowed: 
     with WireCapture({up_port, proxy_port}) as cap:
         threads = [_serve_once(upstream, engine), _serve_once(proxy, forward)]
         with socket.create_connection(("127.0.0.1", proxy_port)) as client:
-            client.sendall(b"go")
+            client.sendall(HEAD)
+            time.sleep(GAP_S)
+            client.sendall(BODY)
             assert client.recv(len(EVENT)) == EVENT
         for thread in threads:
             thread.join(timeout=10)
         time.sleep(0.2)  # the capture reads what is queued before it stops
     for sock in (upstream, proxy):
         sock.close()
-    holds = cap.holds(up_port, proxy_port)
-    assert list(holds) == ["2f1c9a7e-1d2b-4c3d-8e4f-5a6b7c8d9e0f"]
-    assert HOLD_S <= holds["2f1c9a7e-1d2b-4c3d-8e4f-5a6b7c8d9e0f"] < 5.0
-    assert cap.packets == 2  # one packet with a payload from each watched port (the client's "go" is not watched)
+    rid = "2f1c9a7e-1d2b-4c3d-8e4f-5a6b7c8d9e0f"
+    holds, requests = cap.holds(up_port, proxy_port), cap.request_holds(up_port, proxy_port)
+    assert list(holds) == [rid] and HOLD_S <= holds[rid] < 5.0
+    assert list(requests) == [rid] and HOLD_S <= requests[rid] < GAP_S
+    # from each watched port one packet with a payload; to them the client's two and the proxy's one
+    assert cap.packets == 5
