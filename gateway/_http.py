@@ -24,6 +24,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, SupportsIndex, cast
 
+from llmslo.gateway._loop import start_eagerly
+
 MAX_HEAD_BYTES = 64 * 1024
 """The longest request or response head (request line and headers), bytes."""
 WRITE_HIGH_BYTES = 64 * 1024
@@ -130,6 +132,9 @@ class FrontConnection(asyncio.Protocol):
         self._pending: Request | None = None
         self._need = 0
         self._busy = False
+        self._starting = False
+        """Whether :meth:`_next` is running a request's first part (a request that ends there is followed by the
+        next in its loop)."""
         self._paused = False
         self._resumed: asyncio.Future[None] | None = None
         self.transport: asyncio.Transport | None = None
@@ -178,34 +183,48 @@ class FrontConnection(asyncio.Protocol):
     # ---- requests -----------------------------------------------------------------------------------------
 
     def _next(self) -> None:
-        """Start the next request once its head and body are in."""
+        """Start the requests whose head and body are in, one at a time. Each runs in this callback until it first
+        waits (:func:`start_eagerly`), then as a task; one answered without waiting is followed by the next here,
+        in this loop (not by recursion: a client may send thousands of small requests at once)."""
+        while not self._busy and not self.closed and not (self.transport is not None and self.transport.is_closing()):
+            request = self._complete_request()
+            if request is None:
+                return
+            self._busy = True
+            self.responder = Responder(self)
+            self._starting = True
+            try:
+                start_eagerly(self._run(request, self.responder))
+            finally:
+                self._starting = False
+
+    def _complete_request(self) -> Request | None:
+        """The next request once its head and body are in (None: not yet, or the head was refused)."""
         if self._pending is None:
             end = self._buf.find(b"\r\n\r\n")
             if end < 0:
                 if len(self._buf) > MAX_HEAD_BYTES:
                     self._fail(HttpError(431, f"request head: more than {MAX_HEAD_BYTES} bytes"))
-                return
+                return None
             if end > MAX_HEAD_BYTES:
                 self._fail(HttpError(431, f"request head: more than {MAX_HEAD_BYTES} bytes"))
-                return
+                return None
             try:
                 self._pending, self._need = _parse_head(bytes(self._buf[:end]), self._max_body)
             except HttpError as exc:
                 self._fail(exc)
-                return
+                return None
             del self._buf[:end + 4]
             expect = self._pending.header(b"expect")
             if expect is not None and expect.lower() == b"100-continue" and self._need > len(self._buf):
                 assert self.transport is not None
                 self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # curl waits for it before the body
         if len(self._buf) < self._need:
-            return
+            return None
         request, self._pending = self._pending, None
         request.body = bytes(self._buf[:self._need])
         del self._buf[:self._need]
-        self._busy = True
-        self.responder = Responder(self)
-        asyncio.get_running_loop().create_task(self._run(request, self.responder))
+        return request
 
     async def _run(self, request: Request, responder: Responder) -> None:
         try:
@@ -220,7 +239,7 @@ class FrontConnection(asyncio.Protocol):
             elif not self.closed:
                 assert self.transport is not None
                 self.transport.resume_reading()
-                if self._buf:
+                if self._buf and not self._starting:  # (while starting, _next's loop goes on)
                     self._next()
 
     def _fail(self, exc: HttpError) -> None:

@@ -1,4 +1,5 @@
-"""The event loop the gateway runs on: uvloop's when it is installed (the ``gateway`` extra), else asyncio's.
+"""The event loop the gateway runs on: uvloop's when it is installed (the ``gateway`` extra), else asyncio's; and
+:func:`start_eagerly`, which runs a request's handler from the connection's callback until it first waits.
 
 Every byte of a stream crosses the event loop twice (read from the engine, written to the client), so the loop's
 own cost per read and per write is most of the gateway's CPU per chunk; uvloop's loop and transports (libuv, in
@@ -10,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any
 
 from llmslo.telemetry import ConfigurationError
 
@@ -42,3 +44,56 @@ def event_loop_factory(choice: str | None = None) -> Callable[[], asyncio.Abstra
 def loop_name(loop: asyncio.AbstractEventLoop) -> str:
     """``uvloop`` or ``asyncio``: the kind of ``loop``, as the gateway's ready line says it."""
     return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
+
+
+def start_eagerly(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
+    """Run ``coro`` now, on the caller's stack, until it first waits; from there on, as a task of the running loop
+    (returned). None when it finished without waiting. Exceptions of that first part are raised here.
+
+    As Python 3.12's eager tasks, on 3.11: a request read in a connection's callback is parsed, admitted, routed
+    and written to its backend in that callback, instead of waiting for its task's turn behind every callback
+    the loop has queued (under a stream's burst of chunks, 0.4 ms at the median and 2 ms at p99 here). During
+    that first part ``asyncio.current_task()`` is the caller's (None in a protocol's callback)."""
+    try:
+        waiting_for = coro.send(None)
+    except StopIteration:
+        return None
+    return asyncio.get_running_loop().create_task(_Resumed(coro, waiting_for))  # type: ignore[arg-type]
+
+
+_FIRST_GIVEN = object()
+
+
+class _Resumed:
+    """A started coroutine, as a task takes it: its first ``send`` gives the task what the coroutine is waiting for
+    (what its first part yielded); every later ``send`` and ``throw`` (a cancellation, before the task's first
+    step too) goes to the coroutine."""
+
+    __slots__ = ("_coro", "_waiting_for")
+
+    def __init__(self, coro: Coroutine[Any, Any, None], waiting_for: object) -> None:
+        self._coro = coro
+        self._waiting_for = waiting_for
+
+    def send(self, value: object) -> object:
+        waiting_for = self._waiting_for
+        if waiting_for is not _FIRST_GIVEN:
+            self._waiting_for = _FIRST_GIVEN
+            return waiting_for
+        return self._coro.send(value)
+
+    def throw(self, exc: BaseException) -> object:
+        self._waiting_for = _FIRST_GIVEN
+        return self._coro.throw(exc)
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return self  # type: ignore[return-value]
+
+    def __iter__(self) -> _Resumed:
+        return self
+
+    def __next__(self) -> object:
+        return self.send(None)

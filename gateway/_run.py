@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import signal
@@ -230,11 +231,21 @@ class Gateway:
             self.result.backend_drains.setdefault(backend.id, []).append(task.result())
 
 
+def settle_heap() -> None:
+    """Collect once, then move every object alive now (the modules imported, the configuration, the pools) out of
+    the garbage collector's reach (:func:`gc.freeze`): a full collection then walks only what the requests made
+    since. Without it, a full collection here walked the imports too and stopped the event loop for 17-30 ms,
+    every few seconds under load: the tail of the requests' wait before they were forwarded."""
+    gc.collect()
+    gc.freeze()
+
+
 async def serve(config: GatewayConfig, tel: Telemetry, *, say: Callable[[str], None] | None = None,
                 on_ready: Callable[[Gateway], None] | None = None) -> GatewayResult:
     """Run a gateway until SIGTERM/SIGINT (drained first) or an admin drain; what it did."""
     gw = Gateway(config, tel, say)
     await gw.start()
+    settle_heap()
     loop = asyncio.get_running_loop()
     signals = 0
     tasks: list[asyncio.Task[object]] = []
