@@ -5,12 +5,17 @@ exceptions, cancellation), and requests answered at once follow each other in a 
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Any
 
 import pytest
 
+from llmslo.gateway import BackendSpec, GatewayConfig, _run
 from llmslo.gateway._http import FrontConnection, Request, Responder
 from llmslo.gateway._loop import start_eagerly
+from llmslo.gateway._run import settle_heap
+from llmslo.telemetry import Telemetry
+from llmslo.tests._gateway_support import ScriptedBackend
 
 
 def test_a_coroutine_that_never_waits_runs_to_its_end_at_once_and_makes_no_task() -> None:
@@ -150,3 +155,36 @@ def test_thousands_of_requests_sent_at_once_and_answered_at_once_follow_each_oth
         assert len(answered) == 5000 and transport.out.count(b"HTTP/1.1 404") == 5000
 
     asyncio.run(main())
+
+
+def test_settling_the_heap_freezes_what_is_alive_out_of_the_collectors_reach() -> None:
+    kept = [object() for _ in range(10)] + [[] for _ in range(1000)]  # tracked: lists
+    try:
+        settle_heap()
+        assert gc.get_freeze_count() >= 1000
+    finally:
+        gc.unfreeze()
+    assert gc.get_freeze_count() == 0 and kept
+
+
+def test_serve_settles_the_heap_once_the_gateway_has_started(monkeypatch: pytest.MonkeyPatch) -> None:
+    order: list[str] = []
+    monkeypatch.setattr(_run, "settle_heap", lambda: order.append("settled"))
+
+    async def main() -> None:
+        backend = ScriptedBackend()
+        await backend.start()
+        config = GatewayConfig(backends=(BackendSpec("a", backend.url),), port=0, admin_port=0,
+                               drain_settle_s=0.0, health_interval_s=60.0)
+
+        def ready(gw: Any) -> None:
+            order.append(f"ready on {gw.port}")
+            asyncio.get_running_loop().create_task(gw.close())
+
+        try:
+            await _run.serve(config, Telemetry(), on_ready=ready)
+        finally:
+            await backend.close()
+
+    asyncio.run(main())
+    assert order[0] == "settled" and order[1].startswith("ready on ") and order[1] != "ready on 0"
