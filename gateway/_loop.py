@@ -58,6 +58,10 @@ def start_eagerly(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
         waiting_for = coro.send(None)
     except StopIteration:
         return None
+    if getattr(waiting_for, "_asyncio_future_blocking", None) is True:
+        # a future's await marks it for the task that takes it, and that task unmarks it at once; until the task
+        # below takes it, unmark it here, so that another coroutine may await the same future meanwhile
+        waiting_for._asyncio_future_blocking = False
     return asyncio.get_running_loop().create_task(_Resumed(coro, waiting_for))  # type: ignore[arg-type]
 
 
@@ -79,6 +83,8 @@ class _Resumed:
         waiting_for = self._waiting_for
         if waiting_for is not _FIRST_GIVEN:
             self._waiting_for = _FIRST_GIVEN
+            if getattr(waiting_for, "_asyncio_future_blocking", None) is False:
+                waiting_for._asyncio_future_blocking = True  # type: ignore[attr-defined]  # (marked again)
             return waiting_for
         return self._coro.send(value)
 

@@ -188,3 +188,21 @@ def test_serve_settles_the_heap_once_the_gateway_has_started(monkeypatch: pytest
 
     asyncio.run(main())
     assert order[0] == "settled" and order[1].startswith("ready on ") and order[1] != "ready on 0"
+
+
+def test_two_coroutines_waiting_on_the_same_future_both_get_its_result() -> None:
+    got: list[int] = []
+
+    async def main() -> None:
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        async def handler() -> None:
+            got.append(await fut)
+
+        tasks = [start_eagerly(handler()) for _ in range(2)]
+        await asyncio.sleep(0)  # both tasks take their first step: both wait on fut
+        fut.set_result(5)
+        await asyncio.gather(*[t for t in tasks if t is not None])
+
+    asyncio.run(main())
+    assert got == [5, 5]
