@@ -16,8 +16,9 @@ keeps the outgoing copies of those sent from or to the ports it watches, with th
 request id in its events' ``"id": "chatcmpl-<request id>"``, as ``llmslo serve`` writes it), the first packet
 that carries one of its events; the proxy forwards the engine's bytes unchanged, so the same event is found on
 both sides. To a watched port: per connection, the request whose head carries ``X-Request-Id`` (as ``llmslo
-load`` and the proxies send it) owns every packet until the next such head (HTTP/1.1: one request at a time
-on a connection), and the last of them is the request's end.
+load`` and the proxies send it) owns every packet until the next request's head, with an id or without (a
+proxy's health check on a kept-alive connection; HTTP/1.1: one request at a time on a connection), and the last
+of them is the request's end.
 
 Standard library only; Linux only. Loopback packets are seen twice (as sent and as received): only the sent copy
 is kept. An event split between two TCP segments before its id is not found (the stream is then left out, and
@@ -41,6 +42,8 @@ PACKET_OUTGOING = 4
 EVENT_ID = re.compile(rb'data: ?\{"id": ?"(?:chatcmpl|cmpl)-([A-Za-z0-9._:-]{1,128})"')
 """The start of a streamed event of ``llmslo serve`` (and of vLLM-shaped servers): its response id holds the
 request id."""
+REQUEST_LINE = re.compile(rb"[A-Z]{3,7} \S+ HTTP/1\.[01]\r\n")
+"""The start of a request's head."""
 REQUEST_ID = re.compile(rb"\r\n[Xx]-[Rr]equest-[Ii][Dd]: *([A-Za-z0-9._:-]{1,128})\r\n")
 """The request id header of a request's head."""
 RECEIVE_BUFFER = 64 << 20
@@ -130,9 +133,12 @@ class WireCapture:
     def _request_packet(self, port: int, sender: int, payload: bytes, when: float) -> None:
         """A packet of a request sent to ``port`` from ``sender`` at ``when``: the end of its request so far."""
         connection = (port, sender)
-        head = REQUEST_ID.search(payload)
-        if head is not None:
-            self._sending[connection] = head.group(1).decode("ascii")
+        if REQUEST_LINE.match(payload):  # a new request: its own id, or none (a health check's GET)
+            head = REQUEST_ID.search(payload)
+            if head is None:
+                self._sending.pop(connection, None)
+            else:
+                self._sending[connection] = head.group(1).decode("ascii")
         rid = self._sending.get(connection)
         if rid is not None:
             self.request_end[port][rid] = when

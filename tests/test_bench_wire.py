@@ -77,15 +77,18 @@ GAP_S = 0.5
 """How long the client waits between its request's head and its body, seconds."""
 
 
-def test_a_request_ends_with_the_last_packet_its_connection_carried_before_the_next_head() -> None:
+def test_a_request_ends_with_the_last_packet_its_connection_carried_before_the_next_requests_head() -> None:
     cap = WireCapture({8000})
     cap._request_packet(8000, 50001, b"body of a request whose head was not seen", 1.0)
     cap._request_packet(8000, 50001, HEAD, 2.0)
     cap._request_packet(8000, 50001, BODY, 3.0)
     cap._request_packet(8000, 50002, b"other connection", 4.0)
     cap._request_packet(8000, 50001, HEAD.replace(b"2f1c", b"3e1c"), 5.0)
+    cap._request_packet(8000, 50001, BODY, 6.0)
+    cap._request_packet(8000, 50001, b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n", 7.0)  # no id: owned by none
+    cap._request_packet(8000, 50001, b"more of that health check", 8.0)
     assert cap.request_end[8000] == {"2f1c9a7e-1d2b-4c3d-8e4f-5a6b7c8d9e0f": 3.0,
-                                     "3e1c9a7e-1d2b-4c3d-8e4f-5a6b7c8d9e0f": 5.0}
+                                     "3e1c9a7e-1d2b-4c3d-8e4f-5a6b7c8d9e0f": 6.0}
 
 
 def test_the_proxys_holds_of_a_request_and_of_its_first_event_are_read_off_the_wire(capture_allowed: None) -> None:
