@@ -39,8 +39,11 @@ measured in the same run:
   the request id the client sent), so that the engine's prefill and queue are taken out (not the wait between
   the engine's commit of the first token and its write, up to a step); the quantile of that difference through
   the proxy less the same quantile direct, in the same repeat. **Steady**: the 20-token runs less their first C
-  requests (a run starts its C streams at once; after that, each stream's next request follows its last, so
-  arrivals spread out). **Opening burst**: the 200-token runs, whose C requests all start at once: there every
+  requests (a run starts its C streams at once; after that, each stream's next request follows its last. Streams
+  of one length started together stay nearly in step on a paced engine, so these arrivals still come in groups,
+  up to C at once, and the last of a group waits for the proxy to start all the others: the wire traces of
+  this benchmark showed groups of a few to a few dozen).
+  **Opening burst**: the 200-token runs, whose C requests all start at once: there every
   proxy's fixed CPU per request is paid C times over before the last first token passes (64 x 0.45 ms is 29 ms).
 - **added TTFT on the wire** (``--wire``) p50 and p99 (ms): per stream, the proxy's two holds, both from kernel
   timestamps of the loopback interface (``bench/_wire.py``; root or ``CAP_NET_RAW``), added up:
@@ -85,7 +88,7 @@ A proxy that is missing or does not start is reported and left out; the others g
 Run: ``.venv/bin/python -m llmslo.bench.bench_gateway`` (about 25 minutes on 2 cores; ``--quick``: one short
 repeat at 16 streams, about 4 minutes); the added TTFT on the wire at 64 streams:
 ``.venv/bin/python -m llmslo.bench.bench_gateway --proxies llmslo,envoy --paces paced --streams 64 --checks scenarios
---wire``.
+--wire`` (as root), with ``--pin`` for the proxy on a CPU of its own.
 """
 
 from __future__ import annotations
