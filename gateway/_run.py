@@ -242,7 +242,8 @@ def settle_heap() -> None:
 
 async def serve(config: GatewayConfig, tel: Telemetry, *, say: Callable[[str], None] | None = None,
                 on_ready: Callable[[Gateway], None] | None = None) -> GatewayResult:
-    """Run a gateway until SIGTERM/SIGINT (drained first) or an admin drain; what it did."""
+    """Run a gateway until SIGTERM/SIGINT (drained first) or an admin drain; what it did. It takes the process as
+    its own: once started, it settles the heap (:func:`settle_heap`)."""
     gw = Gateway(config, tel, say)
     await gw.start()
     settle_heap()
