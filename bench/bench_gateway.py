@@ -167,9 +167,9 @@ class Run:
     proxy's packet carrying the stream's first event left it less the time the upstream's did (kernel timestamps
     on the loopback interface, :mod:`llmslo.bench._wire`), seconds."""
     request_hold_s: list[float] = field(default_factory=list)
-    """``--wire``, through a proxy: per request, in the same order as :attr:`hold_s`, the time the proxy's last
-    packet of the request reached the upstream less the time the client's last packet of it reached the proxy,
-    seconds."""
+    """``--wire``, through a proxy: per stream of :attr:`hold_s` whose request was found both ways, in that order,
+    the time the proxy's last packet of the request reached the upstream less the time the client's last packet
+    of it reached the proxy, seconds."""
     total_hold_s: list[float] = field(default_factory=list)
     """``--wire``: per stream found both ways, in the same order, its request's hold plus its first event's: what
     the proxy added to the stream's TTFT, seconds."""

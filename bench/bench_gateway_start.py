@@ -52,15 +52,16 @@ def request_bytes(request_id: str) -> bytes:
             b"content-length: " + str(len(BODY)).encode() + b"\r\n\r\n" + BODY)
 
 
-class _Transport(asyncio.Transport):
-    """A client's socket, stood in for: what is written is dropped."""
+class StandInTransport(asyncio.Transport):
+    """A client's socket, stood in for: what is written is kept in :attr:`out`."""
 
     def __init__(self) -> None:
         super().__init__()
+        self.out = bytearray()
         self.closing = False
 
     def write(self, data: Any) -> None:
-        pass
+        self.out += data
 
     def is_closing(self) -> bool:
         return self.closing
@@ -90,6 +91,7 @@ class Backend:
     def __init__(self) -> None:
         self.writes: list[bytes] = []
         self.waiting: list[asyncio.Future[bytes]] = []
+        self.transport = StandInTransport()
 
     def write(self, data: bytes) -> None:
         self.writes.append(data)
@@ -101,10 +103,6 @@ class Backend:
 
     def at_eof(self) -> bool:
         return False
-
-    @property
-    def transport(self) -> _Transport:
-        return _Transport()
 
     async def acquire(self) -> tuple[UpstreamConnection, bool]:
         return UpstreamConnection(self, self), True  # type: ignore[arg-type]
@@ -142,7 +140,7 @@ async def _run(case: str, requests: int, in_flight: int) -> tuple[float, int]:
         c0 = time.thread_time_ns()
         for data in group:
             conn = FrontConnection(handler, 1 << 20)
-            conn.connection_made(_Transport())
+            conn.connection_made(StandInTransport())
             conn.data_received(data)
         spent += time.thread_time_ns() - c0
         for task in [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:  # end the group

@@ -52,8 +52,9 @@ def start_eagerly(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
 
     As Python 3.12's eager tasks, on 3.11: a request read in a connection's callback is parsed, admitted, routed
     and written to its backend in that callback, instead of waiting for its task's turn behind every callback
-    the loop has queued (0.25-0.4 ms at the median, up to 2 ms at p99, in ``bench_gateway``'s traces at 64
-    streams). During that first part ``asyncio.current_task()`` is the caller's (None in a protocol's callback)."""
+    the loop has queued (0.25-0.4 ms at the median, up to 2 ms at p99, in per-request probes of a gateway
+    under ``bench_gateway``'s load at 64 streams). During that first part ``asyncio.current_task()`` is the
+    caller's (None in a protocol's callback)."""
     try:
         waiting_for = coro.send(None)
     except StopIteration:

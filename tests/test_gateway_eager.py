@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from llmslo.bench.bench_gateway_start import StandInTransport
 from llmslo.gateway import BackendSpec, GatewayConfig, _run
 from llmslo.gateway._http import FrontConnection, Request, Responder
 from llmslo.gateway._loop import start_eagerly
@@ -83,39 +84,6 @@ def test_cancelling_the_task_reaches_the_coroutine_where_it_waits(when: str) -> 
     asyncio.run(main())
 
 
-class Transport(asyncio.Transport):
-    """A transport that keeps what is written."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.out = bytearray()
-        self.closing = False
-
-    def write(self, data: Any) -> None:
-        self.out += data
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def close(self) -> None:
-        self.closing = True
-
-    def abort(self) -> None:
-        self.closing = True
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-
 REQUEST = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}"
 
 
@@ -129,7 +97,7 @@ def test_a_request_reaches_its_handler_inside_the_connections_callback() -> None
 
     async def main() -> None:
         conn = FrontConnection(handler, 1 << 20)
-        transport = Transport()
+        transport = StandInTransport()
         conn.connection_made(transport)
         conn.data_received(REQUEST)
         assert started == ["/v1/chat/completions"]  # before the loop ran anything else
@@ -148,7 +116,7 @@ def test_thousands_of_requests_sent_at_once_and_answered_at_once_follow_each_oth
 
     async def main() -> None:
         conn = FrontConnection(handler, 1 << 20)
-        transport = Transport()
+        transport = StandInTransport()
         conn.connection_made(transport)
         conn.data_received(b"GET /nothing HTTP/1.1\r\nhost: x\r\n\r\n" * 5000)
         await asyncio.sleep(0)
