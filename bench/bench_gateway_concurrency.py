@@ -10,7 +10,7 @@ half long (512), prompts uniform in 128..1024 tokens. Three phases of ``--phase-
 the backend 3x slower per token (prefill and decode), normal again.
 
 The same arrivals go through (a) :class:`llmslo.gateway._concurrency.AdaptiveLimit` (TTFT per prompt token
-and each stream's p90 gap) and (b) :class:`~llmslo.gateway._concurrency.WholeRttGradientLimit` (Envoy's
+and each stream's median gap) and (b) :class:`~llmslo.gateway._concurrency.WholeRttGradientLimit` (Envoy's
 gradient on whole-request time; ``--envoy-interval-s`` between its updates and ``--envoy-min-rtt-requests``
 for its minRTT, both chosen so an update sees a handful of requests), in Envoy's default mode (the limit
 pinned to 3 while minRTT is measured) and (b') with minRTT from live traffic (nothing pinned); beside them,
