@@ -113,7 +113,8 @@ def run_gateway(
     stall: Annotated[str, typer.Option(
         "--stall", help="No chunk for this long mid-stream: the stream ends with an error event.")] = "30s",
     request_timeout: Annotated[str, typer.Option(
-        "--request-timeout", help="End a request this long after its arrival (deadline event); 'off' never.")] =
+        "--request-timeout", help="End a request this long after its admission (deadline event; checked every "
+                                  "second, or a quarter of it if shorter); 'off' never.")] =
         "10m",
     drain_settle: Annotated[str, typer.Option(
         "--drain-settle", help="After removing a backend (or the gateway) from the pool, wait this long.")] = "1s",

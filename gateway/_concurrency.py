@@ -112,8 +112,8 @@ class _Slots:
 
     @property
     def limit(self) -> int:
-        """The current limit (requests), ``min_limit..max_limit``."""
-        return min(self.max_limit, max(self.min_limit, int(self._limit)))
+        """The current limit (requests), ``min_limit..max_limit`` (the controller's value is kept clamped)."""
+        return int(self._limit)
 
     @property
     def in_flight(self) -> int:

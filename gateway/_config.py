@@ -152,8 +152,11 @@ class GatewayConfig:
     ttft_bound_s: float | None = None
     """A first token later than this counts as a failure of the backend's stream health (None: off)."""
     stall_s: float = 30.0
-    """No chunk for this long mid-stream: the stream is ended ``error`` and counts as a backend failure."""
+    """No chunk for this long mid-stream: the stream is ended ``error`` and counts as a backend failure (checked
+    every second, or every quarter of it when that is shorter)."""
     request_timeout_s: float | None = 600.0
+    """A request still in flight this long after its admission is ended ``deadline`` (None: off); checked every
+    second, or every quarter of it when that is shorter, so it ends at most that much later."""
     health_interval_s: float = 2.0
     engine_interval_s: float = 1.0
     """How often the ``/metrics`` of a backend with an ``engine`` is read; figures older than three of these are

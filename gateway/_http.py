@@ -80,43 +80,46 @@ class Request(_Headed):
 Handler = Callable[[Request, "Responder"], Awaitable[None]]
 
 
+_HEAD_FIELDS = frozenset({b"content-length", b"transfer-encoding", b"connection"})
+"""The request headers the head parser itself reads."""
+
+
 def _parse_head(head: bytes, max_body: int) -> tuple[Request, int]:
-    """The request of a head (without its final blank line) and the body length it announces."""
-    try:
-        text = head.decode("latin-1")
-    except UnicodeDecodeError as exc:  # pragma: no cover - latin-1 decodes any byte
-        raise HttpError(400, "request head: not text") from exc
-    lines = text.split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        raise HttpError(400, f"request line: expected 'METHOD /path HTTP/1.1', got {lines[0][:80]!r}")
+    """The request of a head (without its final blank line) and the body length it announces. Read as bytes:
+    header names lower-cased, values without the whitespace around them."""
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
+        shown = lines[0][:80].decode("latin-1")
+        raise HttpError(400, f"request line: expected 'METHOD /path HTTP/1.1', got {shown!r}")
     method, target, version = parts
     headers: list[tuple[bytes, bytes]] = []
     length = 0
-    keep_alive = version == "HTTP/1.1"
+    keep_alive = version == b"HTTP/1.1"
     for line in lines[1:]:
-        name, sep, value = line.partition(":")
+        name, sep, value = line.partition(b":")
         if not sep or not name or name != name.strip():
-            raise HttpError(400, f"request header: expected 'Name: value', got {line[:80]!r}")
-        key = name.lower().encode("latin-1")
-        val = value.strip().encode("latin-1")
+            raise HttpError(400, f"request header: expected 'Name: value', got {line[:80].decode('latin-1')!r}")
+        key = name.lower()
+        val = value.strip()
         headers.append((key, val))
-        if key == b"content-length":
-            if not val.isdigit():
-                raise HttpError(400, f"Content-Length: expected a number of bytes, got {val[:40]!r}")
-            length = int(val)
-        elif key == b"transfer-encoding":
-            raise HttpError(411, "Transfer-Encoding: a chunked request body is not taken; send Content-Length")
-        elif key == b"connection":
-            low = val.lower()
-            if low == b"close":
-                keep_alive = False
-            elif low == b"keep-alive":
-                keep_alive = True
+        if key in _HEAD_FIELDS:
+            if key == b"content-length":
+                if not val.isdigit():
+                    raise HttpError(400, f"Content-Length: expected a number of bytes, got {val[:40]!r}")
+                length = int(val)
+            elif key == b"transfer-encoding":
+                raise HttpError(411, "Transfer-Encoding: a chunked request body is not taken; send Content-Length")
+            else:
+                low = val.lower()
+                if low == b"close":
+                    keep_alive = False
+                elif low == b"keep-alive":
+                    keep_alive = True
     if length > max_body:
         raise HttpError(413, f"body: {length} bytes is more than the limit of {max_body} bytes")
-    path = target.partition("?")[0]
-    return Request(method, target, path, headers, b"", keep_alive), length
+    text = target.decode("latin-1")
+    return Request(method.decode("latin-1"), text, text.partition("?")[0], headers, b"", keep_alive), length
 
 
 class FrontConnection(asyncio.Protocol):

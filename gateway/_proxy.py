@@ -80,6 +80,28 @@ MAX_GAPS = 4096
 """The most inter-chunk gaps of one stream kept for its backend's concurrency limit."""
 _JSON = (b"content-type", b"application/json")
 
+CHECK_TICK_S = 1.0
+"""How often, at most, the requests in flight are checked for their deadline (the request timeout) and their
+streams for a stall (seconds): each ends at most this late, or a quarter of its time when that is shorter."""
+
+
+_SCAN_JSON: Callable[[str, int], tuple[object, int]] = vars(json.JSONDecoder())["scan_once"]
+"""json's own scanner (C): ``(value, end)`` of the JSON value at an index of a text."""
+
+
+def _json_value(data: bytes) -> object:
+    """``json.loads(data)``, sooner for the usual body: UTF-8 text that is one value and nothing else is read by
+    json's scanner at once (what ``json.loads`` does after finding the encoding and the whitespace around the
+    value); any other body goes through ``json.loads``, its errors included."""
+    try:
+        text = data.decode("utf-8")
+        value, end = _SCAN_JSON(text, 0)
+        if end == len(text):
+            return value
+    except (UnicodeDecodeError, StopIteration, ValueError):
+        pass
+    return json.loads(data)
+
 
 def _estimate_prompt_tokens(body: dict[str, object]) -> int:
     """A prompt's tokens before the engine counts them: token ids as given, text at 4 characters a token (at least
@@ -141,7 +163,8 @@ class _Parsed:
 class _Exchange:
     """One request forwarded to one backend: what ends it from outside (the client, the drain, timers)."""
 
-    __slots__ = ("conn", "ended_by", "finish_sent", "first_ns", "gaps", "last_io", "obs", "sent_ns", "t", "watchdog")
+    __slots__ = ("conn", "deadline", "ended_by", "finish_sent", "first_ns", "gaps", "last_io", "obs", "sent_ns", "t",
+                 "watched")
 
     def __init__(self, t: RequestTracker) -> None:
         self.t = t
@@ -155,11 +178,14 @@ class _Exchange:
         """When its first content chunk arrived (0: none yet)."""
         self.gaps: list[float] = []
         """The gaps between its content chunks' arrivals, seconds (at most :data:`MAX_GAPS`)."""
-        self.watchdog: asyncio.TimerHandle | None = None
-        """The stall check's next run (cancelled when the stream ends)."""
+        self.watched = False
+        """Whether its body is being passed on: :meth:`GatewayApp._check` ends it ``stall`` when no chunk came for
+        the stall time."""
         self.ended_by: str | None = None
         """Why the gateway ended it: client_cancel, drain:<reason>, deadline, stall."""
         self.last_io = time.monotonic()
+        self.deadline = math.inf
+        """When the gateway's request timeout ends it (monotonic seconds; inf: never): :meth:`GatewayApp._check`."""
 
     def cut(self, why: str) -> None:
         """End it from outside: note why and close the backend connection (the backend cancels)."""
@@ -201,6 +227,9 @@ class GatewayApp:
         self.queues: dict[str, AdmissionQueue] = {}
         self._concurrency = concurrency
         self.stopping = False
+        self._check_handle: asyncio.TimerHandle | None = None
+        timeout_s = config.request_timeout_s
+        self._check_tick_s = min(CHECK_TICK_S, config.stall_s / 4.0, math.inf if timeout_s is None else timeout_s / 4.0)
         tel.registry.register(PoolCollector(self.pool))
 
     # ---- state ---------------------------------------------------------------------------------------------
@@ -270,7 +299,7 @@ class GatewayApp:
 
     def _parse(self, req: Request) -> _Parsed:
         try:
-            body = json.loads(req.body)
+            body = _json_value(req.body)
         except (ValueError, UnicodeDecodeError) as exc:
             raise BadRequest(400, f"body: not JSON ({exc})") from exc
         if not isinstance(body, dict):
@@ -362,9 +391,11 @@ class GatewayApp:
             if not res.closed and not res.started:
                 self._refuse(res, rid, Decision.refuse("draining", DRAINING_RETRY_AFTER_S, "ended while queued"))
             return
-        timer = None
-        if self.config.request_timeout_s is not None:
-            timer = asyncio.get_running_loop().call_later(self.config.request_timeout_s, ex.cut, "deadline")
+        timeout_s = self.config.request_timeout_s
+        if timeout_s is not None:
+            ex.deadline = time.monotonic() + timeout_s
+        if self._check_handle is None:
+            self._check_later()
         self.exchanges[id(t)] = ex
         try:
             await self._route(req, res, rid, t, p, ex)
@@ -372,8 +403,33 @@ class GatewayApp:
                 self._answer_ended(res, rid, t)
         finally:
             self.exchanges.pop(id(t), None)
-            if timer is not None:
-                timer.cancel()
+
+    def _check_later(self) -> None:
+        """Run :meth:`_check` in a tick: :data:`CHECK_TICK_S`, or a quarter of the request timeout or of the stall
+        time when that is shorter. One timer for every request in flight: a timer per request (set at its start,
+        cancelled at its end) cost 2-3 us of each start on uvloop."""
+        self._check_handle = asyncio.get_running_loop().call_later(self._check_tick_s, self._check)
+
+    def _check(self) -> None:
+        """End every request past its deadline (``deadline``) and every stream without a chunk for the stall time
+        (``stall``); again in a tick while any request is in flight."""
+        self._check_handle = None
+        now = time.monotonic()
+        stall = self.config.stall_s
+        for ex in list(self.exchanges.values()):
+            if ex.deadline <= now:
+                ex.cut("deadline")
+            elif ex.watched and now - ex.last_io >= stall:
+                ex.watched = False
+                ex.cut("stall")
+        if self.exchanges and not self.stopping:
+            self._check_later()
+
+    def stop_checks(self) -> None:
+        """Stop the deadline and stall checks (the gateway is closing)."""
+        if self._check_handle is not None:
+            self._check_handle.cancel()
+            self._check_handle = None
 
     def _degrade(self, p: _Parsed, action: str) -> bool:
         """The queue's degradation stage ``action`` for request ``p``: ``cap_max_tokens`` lowers its
@@ -512,8 +568,8 @@ class GatewayApp:
         transport = cast(asyncio.Transport, conn.writer.transport)
         pump = _Pump(self, b, resp, res, t, p, ex, obs, transport.pause_reading)
         reader = conn.reader
-        stall = self.config.stall_s
-        ex.watchdog = loop.call_later(stall, self._check_stall, ex, stall)
+        ex.last_io = time.monotonic()
+        ex.watched = True
         try:
             reader.attach(pump.feed, pump.end)
             while not pump.ended:
@@ -530,9 +586,7 @@ class GatewayApp:
                     transport.resume_reading()  # also when the held part ended the body: the connection may be kept
         finally:
             reader.detach()
-            if ex.watchdog is not None:
-                ex.watchdog.cancel()
-                ex.watchdog = None
+            ex.watched = False
         if pump.failed is not None:
             raise pump.failed
         complete = pump.complete
@@ -582,14 +636,6 @@ class GatewayApp:
         else:
             res.abort()
         return why or "broken"
-
-    def _check_stall(self, ex: _Exchange, stall: float) -> None:
-        idle = time.monotonic() - ex.last_io
-        if idle >= stall:
-            ex.watchdog = None
-            ex.cut("stall")
-        else:
-            ex.watchdog = asyncio.get_running_loop().call_later(stall - idle, self._check_stall, ex, stall)
 
     def _check_ttft(self, b: Backend, t: RequestTracker) -> None:
         bound = self.config.ttft_bound_s

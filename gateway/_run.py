@@ -104,6 +104,7 @@ class Gateway:
         for task in self._drains:
             task.cancel()
         self.app.stopping = True
+        self.app.stop_checks()
         for ex in list(self.app.exchanges.values()):
             ex.cut("drain:budget_exhausted")
         self.tel.finish_all("server_draining")

@@ -212,6 +212,25 @@ def test_the_request_timeout_ends_a_stream_with_a_deadline_event() -> None:
     run(go())
 
 
+def test_one_deadline_check_serves_every_request_and_starts_again_after_an_idle_spell() -> None:
+    async def go() -> None:
+        a = ScriptedBackend()
+        async with running([a], request_timeout_s=0.3) as (gw, rows):
+            async with client(gw.port) as c1, client(gw.port) as c2:
+                both = await asyncio.gather(stream(c1, "script:tokens=100,gap=0.05"),
+                                            stream(c2, "script:tokens=3,gap=0.01"))
+            assert [status for status, _, _ in both] == [200, 200]
+            await asyncio.sleep(0.2)       # nothing in flight: the check stops
+            assert gw.app._check_handle is None and not gw.app.exchanges
+            async with client(gw.port) as c:
+                status, _, raw = await stream(c, "script:tokens=100,gap=0.05")  # and starts again
+            await asyncio.sleep(0.05)
+        assert status == 200 and events(raw)[-1]["error"]["type"] == "deadline"
+        assert sorted(r["finish_reason"] for r in rows) == ["deadline", "deadline", "length"]
+
+    run(go())
+
+
 def test_draining_a_backend_takes_it_out_first_and_closes_its_idle_streams_with_the_drain_event() -> None:
     async def go() -> None:
         a, b = ScriptedBackend(), ScriptedBackend()
