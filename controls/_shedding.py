@@ -140,6 +140,8 @@ class LoadShedder:
         if gpu is not None and not callable(gpu):
             raise ConfigurationError(f"{owner}.gpu: must be a callable returning 0..1 or None")
         self.stages = self._validate_stages(f"{owner}.degrade", degrade)
+        self._keep_when_empty = set(self._levels) <= {"queue"} and all(at > 0 for _, at in self.stages)
+        """Only the queue is read and no stage acts at zero pressure: an empty queue keeps every request."""
         if not isinstance(latency_window, int) or isinstance(latency_window, bool) or latency_window < 1:
             raise ConfigurationError(f"{owner}.latency_window: must be an integer >= 1, got {latency_window!r}")
         if (not isinstance(latency_min_samples, int) or isinstance(latency_min_samples, bool)
@@ -260,10 +262,10 @@ class LoadShedder:
     def assess(self, tenant_class: str, queue_fraction: float = 0.0) -> ShedVerdict:
         """Shed, degrade or keep a request of ``tenant_class`` (unknown: the lowest class) given the queue's
         fill ``queue_fraction`` (depth / capacity). Reads the signals; reports nothing. Never raises."""
-        _, rank = resolve_class(self.classes, tenant_class)
         levels = self._levels
-        if not levels:
+        if not levels or (queue_fraction == 0 and self._keep_when_empty):
             return _KEEP
+        _, rank = resolve_class(self.classes, tenant_class)
         values: list[tuple[str, float | None]] = []
         if "queue" in levels:
             q = queue_fraction if isinstance(queue_fraction, int | float) and math.isfinite(queue_fraction) else 0.0

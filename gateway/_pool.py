@@ -200,9 +200,14 @@ class Pool:
         """A backend for a request for ``model`` (not one of ``exclude``), or None when none is routable. Those
         below their concurrency limit come first; when every one is at its limit, the least loaded is taken.
         Of the two drawn, :meth:`_lighter` keeps one."""
-        routable = [b for b in self.backends.values()
-                    if b.id not in exclude and b.spec.serves(model) and b.routable()]
-        candidates = [b for b in routable if b.limit.in_flight < b.limit.limit] or routable
+        routable: list[Backend] = []
+        below: list[Backend] = []
+        for b in self.backends.values():
+            if b.id not in exclude and b.spec.serves(model) and b.routable():
+                routable.append(b)
+                if b.limit.in_flight < b.limit.limit:
+                    below.append(b)
+        candidates = below or routable
         while candidates:
             if len(candidates) == 1:
                 choice = candidates[0]

@@ -470,8 +470,7 @@ class GatewayApp:
             if backend is None:
                 break
             tried.add(backend.id)
-            may_retry = attempt + 1 < attempts and self.pool.has_other(p.model, frozenset(tried))
-            outcome = await self._forward(backend, req, res, rid, t, p, ex, may_retry)
+            outcome = await self._forward(backend, req, res, rid, t, p, ex, tried if attempt + 1 < attempts else None)
             if outcome is None:
                 return
             last_error = outcome
@@ -488,9 +487,10 @@ class GatewayApp:
         self._refuse(res, rid, Decision.refuse("circuit_open", self.pool.retry_after_s(p.model), last_error))
 
     async def _forward(self, b: Backend, req: Request, res: Responder, rid: str, t: RequestTracker,
-                       p: _Parsed, ex: _Exchange, may_retry: bool) -> str | None:
+                       p: _Parsed, ex: _Exchange, tried: set[str] | None) -> str | None:
         """Forward to ``b``. None: the request ended (whatever way); text: nothing reached the client and the
-        backend failed (why), so another may be tried (a 5xx is passed on when ``may_retry`` is False)."""
+        backend failed (why), so another may be tried. A 5xx is passed on unless another attempt is left
+        (``tried``: the backends tried so far; None on the last attempt) and a backend besides those is routable."""
         t.route(b.id, b.spec.version)
         b.outstanding += 1
         b.served += 1
@@ -500,7 +500,7 @@ class GatewayApp:
         ex.sent_ns = ex.first_ns = 0
         ex.gaps = []
         try:
-            return await self._exchange(b, req, res, rid, t, p, ex, may_retry)
+            return await self._exchange(b, req, res, rid, t, p, ex, tried)
         finally:
             b.outstanding -= 1
             b.requests.pop(id(t), None)
@@ -528,7 +528,7 @@ class GatewayApp:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _exchange(self, b: Backend, req: Request, res: Responder, rid: str, t: RequestTracker,
-                        p: _Parsed, ex: _Exchange, may_retry: bool) -> str | None:
+                        p: _Parsed, ex: _Exchange, tried: set[str] | None) -> str | None:
         breaker = b.breaker
         ex.sent_ns = time.monotonic_ns()
         try:
@@ -538,7 +538,7 @@ class GatewayApp:
                 return None
             breaker.record_failure("connect")
             return f"backend {b.id}: {exc}"
-        if resp.status >= 500 and may_retry:
+        if resp.status >= 500 and tried is not None and self.pool.has_other(p.model, frozenset(tried)):
             body = await _read_small(conn, resp)
             conn.abort()
             breaker.record_failure("5xx")
