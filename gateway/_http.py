@@ -469,12 +469,13 @@ class UpstreamPool:
 async def send_request(conn: UpstreamConnection, method: str, target: str, host: str,
                        headers: list[tuple[bytes, bytes]], body: bytes) -> UpstreamResponse:
     """Write a request on ``conn`` and read the response head. Raises :class:`UpstreamError`."""
-    lines = [b"%s: %s\r\n" % kv for kv in headers]
+    lines = [b"%s %s HTTP/1.1\r\nhost: %s\r\ncontent-length: %d\r\n" % (
+        method.encode(), target.encode("latin-1"), host.encode(), len(body))]
+    lines += [b"%s: %s\r\n" % kv for kv in headers]
     lines.append(b"\r\n")
     lines.append(body)
     try:
-        conn.writer.write(b"%s %s HTTP/1.1\r\nhost: %s\r\ncontent-length: %d\r\n" % (
-            method.encode(), target.encode("latin-1"), host.encode(), len(body)) + b"".join(lines))
+        conn.writer.write(b"".join(lines))
         head = await conn.reader.readuntil(b"\r\n\r\n")
     except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
         raise UpstreamError(f"no response: {exc or type(exc).__name__}") from exc

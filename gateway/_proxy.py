@@ -417,6 +417,8 @@ class GatewayApp:
         now = time.monotonic()
         stall = self.config.stall_s
         for ex in list(self.exchanges.values()):
+            if ex.ended_by is not None:
+                continue  # already ended from outside: its handler is finishing it
             if ex.deadline <= now:
                 ex.cut("deadline")
             elif ex.watched and now - ex.last_io >= stall:
