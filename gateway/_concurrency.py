@@ -4,8 +4,10 @@ A gateway sends at most ``limit`` requests at once to a backend (:meth:`Adaptive
 sending, :meth:`AdaptiveLimit.release` when the request ends) and reports each finished request's figures
 (:meth:`AdaptiveLimit.observe`). The limit follows two costs, never whole-request time:
 
-- **prefill cost**: time to first token per prompt token, ``ttft_s / max(prompt_tokens, 1)`` (seconds per
-  token), from every request that got a first token;
+- **prefill cost**: the backend's time to first token per prompt token, ``ttft_s / max(prompt_tokens, 1)``
+  (seconds per token), from every request that got a first token. Here ``ttft_s`` is the backend's: from the
+  request's write to the backend to its first content chunk, not the summary's ``ttft_s`` (from the arrival,
+  the gateway's queue included), so the gateway's own queue never reads as a slower backend;
 - **decode cost**: the median (nearest rank) of the request's inter-chunk gaps (seconds), from every request
   with at least one gap. The median, not a tail: an engine that prefills in its decode steps (llama.cpp,
   ``llmslo serve``, vLLM's chunked prefill) stretches the step after each arrival, so the share of long gaps
@@ -270,7 +272,8 @@ class AdaptiveLimit(_Slots):
     # ---- samples ---------------------------------------------------------------------------------------
 
     def observe(self, *, ttft_s: float | None, prompt_tokens: int, gaps_s: Sequence[float]) -> None:
-        """One finished request's figures: ``ttft_s`` (seconds; None when no first token came),
+        """One finished request's figures: ``ttft_s`` (seconds from its write to the backend to its first content
+        chunk; None when no first token came),
         ``prompt_tokens`` (its prompt length), ``gaps_s`` (its inter-chunk gaps, seconds).
 
         Bad values (negative, NaN, inf, above :data:`MAX_S`, not a number) are dropped and counted in

@@ -183,7 +183,8 @@ class _Exchange:
         the stall time."""
         self.ended_by: str | None = None
         """Why the gateway ended it: client_cancel, drain:<reason>, deadline, stall."""
-        self.last_io = time.monotonic()
+        self.last_io = 0.0
+        """When its backend last sent a chunk (monotonic seconds; set when its body begins): the stall check's."""
         self.deadline = math.inf
         """When the gateway's request timeout ends it (monotonic seconds; inf: never): :meth:`GatewayApp._check`."""
 
