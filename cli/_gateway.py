@@ -54,7 +54,9 @@ DEFAULT_ADMIN = "http://127.0.0.1:8081"
 def run_gateway(
     ctx: typer.Context,
     backend: Annotated[list[str] | None, typer.Option(
-        "--backend", help="A backend, [ID=]URL[@VERSION], e.g. a=http://127.0.0.1:8001@b4000; repeat for more.",
+        "--backend", help="A backend, [ID=]URL[@VERSION][,slots=N], e.g. a=http://127.0.0.1:8001@b4000,slots=4 "
+        "(slots: the sequences it runs at once, its weight in routing; its concurrency limit starts at twice it; "
+        "default 1); repeat for more.",
         show_default=False)] = None,
     pool: Annotated[Path | None, typer.Option(
         "--pool", help="A pool file (YAML: backends with id, url, version, slots, models, engine, metrics_path).",

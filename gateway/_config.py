@@ -222,13 +222,22 @@ class GatewayConfig:
 
 
 def backend_from_arg(text: str, position: int, engine: str | None = None) -> BackendSpec:
-    """A ``--backend`` value, ``[ID=]URL[@VERSION]``; ``position`` (1-based) names it ``b<position>`` by default;
-    ``engine`` (``--engine-metrics``) is the engine it runs, whose ``/metrics`` the gateway reads to route."""
+    """A ``--backend`` value, ``[ID=]URL[@VERSION][,slots=N]``; ``position`` (1-based) names it ``b<position>`` by
+    default; ``slots`` (default 1) is the sequences it runs in parallel, as in a pool file (its weight in routing,
+    and its concurrency limit starts at twice it); ``engine`` (``--engine-metrics``) is the engine it runs, whose
+    ``/metrics`` the gateway reads to route. Raises :class:`ConfigurationError` with the fix."""
+    slots = 1
+    head, comma, tail = text.rpartition(",slots=")
+    if comma:
+        if not tail.isascii() or not tail.isdigit():
+            raise ConfigurationError(f"--backend {text!r}: slots={tail!r} is not a whole number; write e.g. "
+                                     "a=http://127.0.0.1:8001@v1,slots=4")
+        text, slots = head, int(tail)
     ident, sep, rest = text.partition("=")
     if not sep or "://" in ident:
         ident, rest = f"b{position}", text
     url, at, version = rest.partition("@")
-    return BackendSpec(id=ident, url=url, version=version if at else "unknown", engine=engine)
+    return BackendSpec(id=ident, url=url, version=version if at else "unknown", slots=slots, engine=engine)
 
 
 POOL_KEYS = ("id", "url", "version", "slots", "models", "engine", "metrics_path")

@@ -330,6 +330,33 @@ def test_a_bad_backend_url_is_refused_with_the_fix(text: str) -> None:
         backend_from_arg(text, 1)
 
 
+@pytest.mark.parametrize(("text", "ident", "version", "slots"), [
+    ("a=http://127.0.0.1:8001@v1,slots=4", "a", "v1", 4),
+    ("http://127.0.0.1:8001,slots=16", "b1", "unknown", 16),
+    ("a=http://127.0.0.1:8001@v1", "a", "v1", 1),
+    ("a=http://127.0.0.1:8001@v,2", "a", "v,2", 1),  # a comma alone belongs to the version
+])
+def test_a_backend_argument_takes_its_slots_and_starts_its_limit_at_twice_them(
+        text: str, ident: str, version: str, slots: int) -> None:
+    from llmslo.gateway import GatewayConfig, Pool, backend_from_arg
+    from llmslo.telemetry import Telemetry
+
+    spec = backend_from_arg(text, 1)
+    assert (spec.id, spec.url, spec.version, spec.slots) == (ident, "http://127.0.0.1:8001", version, slots)
+    pool = Pool(GatewayConfig(backends=(spec,)), Telemetry(version="gateway"))
+    assert pool.backends[ident].limit.limit == 2 * slots
+
+
+@pytest.mark.parametrize("text", ["a=http://h:1@v1,slots=four", "a=http://h:1,slots=", "a=http://h:1,slots=-2",
+                                  "a=http://h:1,slots=0", "a=http://h:1,slots=5000"])
+def test_bad_slots_in_a_backend_argument_are_refused_with_the_fix(text: str) -> None:
+    from llmslo.gateway import backend_from_arg
+    from llmslo.telemetry import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=r"slots"):
+        backend_from_arg(text, 1)
+
+
 def test_without_a_fixed_concurrency_the_queue_and_the_routing_follow_the_backends_limits() -> None:
     async def go() -> None:
         a, b = ScriptedBackend(), ScriptedBackend()
