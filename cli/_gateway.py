@@ -35,8 +35,8 @@ gateway_app = typer.Typer(
         "Retry-After, a breaker per backend on stream health, least-loaded routing, streams passed on byte for "
         "byte, one backend drained at a time, a request summary per request.\n\n"
         "Start with: llmslo gateway --backend http://127.0.0.1:8001 --backend http://127.0.0.1:8002\n\n"
-        "A backend is [ID=]URL[@VERSION] (ID defaults to b1, b2, ...); --pool FILE reads them from YAML "
-        "(docs/gateway.md). The admin API listens on 127.0.0.1:--admin-port; "
+        "A backend is [ID=]URL[@VERSION][,slots=N] (ID defaults to b1, b2, ...; slots to 1); --pool FILE reads "
+        "them from YAML (docs/gateway.md). The admin API listens on 127.0.0.1:--admin-port; "
         "'llmslo gateway drain ID' drains one backend through it."
     ),
     invoke_without_command=True,
