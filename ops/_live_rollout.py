@@ -72,6 +72,9 @@ LONG = "long-stream"
 """The name of the long reply's files (``long-stream.log``, ``long-stream-attempts.jsonl``)."""
 EXIT_TIMEOUT_S = 60.0
 """How long a process may take to exit after its SIGTERM, seconds."""
+SERVER_SLOTS = 16
+"""The sequences each version's server runs at once (``--max-num-seqs``), and so its slots in the gateway's pool:
+both versions start at the same concurrency limit (twice their slots)."""
 GATEWAY_READY = re.compile(r"^gateway on http://127\.0\.0\.1:(\d+) \(admin http://127\.0\.0\.1:(\d+)\)")
 
 
@@ -108,8 +111,8 @@ class LiveRolloutPlan:
     drain_idle_s: float = 1.0
     update_id: str = "live-rollout-v1-v2"
     seed: int = 0
-    server_args: tuple[str, ...] = ("--max-num-seqs", "16", "--max-queue", "64", "--queue-timeout", "8s",
-                                    "--drain-settle", "0s")
+    server_args: tuple[str, ...] = ("--max-num-seqs", str(SERVER_SLOTS), "--max-queue", "64",
+                                    "--queue-timeout", "8s", "--drain-settle", "0s")
     """Flags of both servers (no settle of their own at their SIGTERM: the gateway has drained them by then)."""
     load_args: tuple[str, ...] = ("--prompt-tokens", "32-256", "--output-tokens", "16-48", "--timeout", "20s")
     """Flags of the load."""
@@ -182,8 +185,8 @@ def _rollout_plan(run: LiveRolloutRun, admin_port: int) -> RolloutPlan:
     plan = run.plan
     return RolloutPlan(
         admin_url=f"http://127.0.0.1:{admin_port}",
-        from_version=VersionSpec(V1, tuple(_serve_argv(plan, V1, "{port}")), slots=16),
-        to_version=VersionSpec(V2, tuple(_serve_argv(plan, V2, "{port}")), slots=16),
+        from_version=VersionSpec(V1, tuple(_serve_argv(plan, V1, "{port}")), slots=SERVER_SLOTS),
+        to_version=VersionSpec(V2, tuple(_serve_argv(plan, V2, "{port}")), slots=SERVER_SLOTS),
         drain=DrainParams(caller_timeout_s=30.0, wait_budget_s=plan.drain_budget_s,
                           idle_threshold_s=plan.drain_idle_s, poll_interval_s=0.05,
                           unregister_settle_s=plan.drain_settle_s, soak_s=plan.overlap_s,
@@ -240,8 +243,8 @@ def _drive(run: LiveRolloutRun, say: Callable[[str], None]) -> tuple[RolloutPlan
                                          stdout=subprocess.PIPE))
         url1 = f"http://127.0.0.1:{ready_port(v1)}"
         gateway = stack.enter_context(started(llmslo_command(
-            "gateway", "--port", "0", "--admin-port", "0", "--backend", f"{V1}={url1}@{V1}", "--jsonl",
-            str(run.summaries), "--drain-settle", f"{plan.drain_settle_s:g}s"), folder / "gateway.log",
+            "gateway", "--port", "0", "--admin-port", "0", "--backend", f"{V1}={url1}@{V1},slots={SERVER_SLOTS}",
+            "--jsonl", str(run.summaries), "--drain-settle", f"{plan.drain_settle_s:g}s"), folder / "gateway.log",
             stdout=subprocess.PIPE))
         ports = ready_match(gateway, GATEWAY_READY, "llmslo gateway")
         front, admin = f"http://127.0.0.1:{ports.group(1)}", int(ports.group(2))
