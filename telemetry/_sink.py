@@ -59,6 +59,39 @@ _ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 """``json.dumps(row, separators=(",", ":"))`` without making an encoder per row."""
 
 
+def _native_seconds_json() -> Callable[[list[float]], str] | None:
+    try:
+        from llmslo.telemetry._tokenlog_c import seconds_json
+    except ImportError:  # no C compiler at install: json writes the gaps
+        return None
+    return seconds_json
+
+
+_seconds_json = _native_seconds_json()
+
+GAPS_KEY = "itl_s"
+"""The summary field of a request's gaps (seconds): a list as long as its tokens, most of a row's encoding."""
+_FAST_GAPS = 8
+"""The fewest gaps written by the native writer (below that json's own cost is small)."""
+
+
+def encode_row(row: Row) -> str:
+    """One summary as compact JSON (``json.dumps(row, separators=(",", ":"))``'s values). Its gaps, when there are
+    many and the native module is built, are written from their whole nanoseconds (``seconds_json`` in
+    ``_tokenlog_c.c``: each reads back as the same float, as ``0.000331782`` rather than ``3.31782e-04``, and
+    about 8x faster than json's float repr; a 64-token summary took 16 us to encode, 13 of them its gaps) and
+    placed last. Anything else (another type, a value json would write as ``NaN``) goes through json as is."""
+    gaps = row.get(GAPS_KEY)
+    if _seconds_json is None or type(gaps) is not list or len(gaps) < _FAST_GAPS:
+        return _ENCODE(row)
+    try:
+        tail = _seconds_json(gaps)
+    except (TypeError, ValueError):
+        return _ENCODE(row)
+    head = _ENCODE({k: v for k, v in row.items() if k != GAPS_KEY})
+    return f'{head[:-1]},"{GAPS_KEY}":{tail}}}' if len(head) > 2 else f'{{"{GAPS_KEY}":{tail}}}'
+
+
 class JsonlWriter:
     """Appends batches to JSONL files in ``folder``, rotated every ``rotate_rows`` rows
     (``summaries-<unix seconds>-<n>.jsonl``); load them with ``llmslo ingest``."""
@@ -82,8 +115,7 @@ class JsonlWriter:
             self._fh = path.open("a", encoding="utf-8")
             self.files.append(path)
             self._rows = 0
-        encode = _ENCODE
-        self._fh.write("".join(encode(r) + "\n" for r in rows))
+        self._fh.write("".join(encode_row(r) + "\n" for r in rows))
         self._fh.flush()
         self._rows += len(rows)
 
