@@ -59,37 +59,29 @@ _ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 """``json.dumps(row, separators=(",", ":"))`` without making an encoder per row."""
 
 
-def _native_seconds_json() -> Callable[[list[float]], str] | None:
+def _native_summary_json() -> Callable[[dict[str, object]], str] | None:
     try:
-        from llmslo.telemetry._tokenlog_c import seconds_json
-    except ImportError:  # no C compiler at install: json writes the gaps
+        from llmslo.telemetry._tokenlog_c import summary_json
+    except ImportError:  # no C compiler at install: json writes every row
         return None
-    return seconds_json
+    return summary_json
 
 
-_seconds_json = _native_seconds_json()
-
-GAPS_KEY = "itl_s"
-"""The summary field of a request's gaps (seconds): a list as long as its tokens, most of a row's encoding."""
-_FAST_GAPS = 8
-"""The fewest gaps written by the native writer (below that json's own cost is small)."""
+_summary_json = _native_summary_json()
 
 
 def encode_row(row: Row) -> str:
-    """One summary as compact JSON (``json.dumps(row, separators=(",", ":"))``'s values). Its gaps, when there are
-    many and the native module is built, are written from their whole nanoseconds (``seconds_json`` in
-    ``_tokenlog_c.c``: each reads back as the same float, as ``0.000331782`` rather than ``3.31782e-04``, and
-    about 8x faster than json's float repr; a 64-token summary took 16 us to encode, 13 of them its gaps) and
-    placed last. Anything else (another type, a value json would write as ``NaN``) goes through json as is."""
-    gaps = row.get(GAPS_KEY)
-    if _seconds_json is None or type(gaps) is not list or len(gaps) < _FAST_GAPS:
-        return _ENCODE(row)
-    try:
-        tail = _seconds_json(gaps)
-    except (TypeError, ValueError):
-        return _ENCODE(row)
-    head = _ENCODE({k: v for k, v in row.items() if k != GAPS_KEY})
-    return f'{head[:-1]},"{GAPS_KEY}":{tail}}}' if len(head) > 2 else f'{{"{GAPS_KEY}":{tail}}}'
+    """One summary as compact JSON: ``json.dumps(row, separators=(",", ":"))``, written in C where the native
+    module is built (``summary_json`` in ``_tokenlog_c.c``; 3-5x faster, ``bench/bench_summary_encoding.py``). A
+    float of whole nanoseconds, as the token log's times and gaps are, is written from that integer
+    (``0.000015`` where json writes ``1.5e-05``) and reads back as the same float. A row it does not write (a
+    nested object, a value json would write as ``NaN``, a type of its own) goes through json as it is."""
+    if _summary_json is not None and type(row) is dict:
+        try:
+            return _summary_json(row)
+        except (TypeError, ValueError):
+            pass
+    return _ENCODE(row)
 
 
 class JsonlWriter:

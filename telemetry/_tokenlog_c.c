@@ -537,27 +537,127 @@ static PyTypeObject TokenLogType = {
     .tp_as_sequence = &TokenLog_as_sequence,
 };
 
-/* ---- seconds_json: a list of seconds as JSON text, for the summaries' gaps --------------------------------
+/* ---- summary_json: one request summary as a JSON line ------------------------------------------------------
  *
- * json.dumps writes each float with its shortest round-trip repr (about 250 ns each here: a summary's 63 gaps
- * took 16 us to encode). A gap is a whole number of nanoseconds over 1e9, so it is written from that integer
- * instead: x with 0 <= x < 1e6 whose n = round(x * 1e9) gives n / 1e9 == x is written as n's decimal with nine
- * fraction digits, trailing zeros cut (0.000331782). That text is the exact decimal of n / 10^9, and parsing it
- * rounds that same rational as the division did, so it reads back as x exactly (and is the shortest such text:
- * below 1e6 two decimals of nine fraction digits are further apart than a double's spacing). Any other finite
- * float is written as repr writes it; a value that is not a finite float raises (the caller falls back to
- * json). */
+ * The summary sink's writer thread encodes every summary; json.dumps costs about 4 us for a summary's twenty
+ * fields and 13 us more for 64 gaps (its float repr: about 250 ns each), paid once per request by every server
+ * that keeps summaries. summary_json(row) writes the same JSON as json.dumps(row, separators=(",", ":")) for a
+ * flat row (a dict of str keys to None, bool, int, float, str, or a list of those), byte for byte but for one
+ * kind of float: a float x with 0 <= x < 1e6 that is a whole number of nanoseconds (n = round(x * 1e9) gives
+ * n / 1e9 == x, as the token log's times and gaps are) is written as n's decimal with nine fraction digits,
+ * trailing zeros cut (0.000015 where repr writes 1.5e-05). That text is the exact decimal of n / 10^9, and
+ * parsing it rounds that same rational as the division did, so it reads back as x exactly (and it is the
+ * shortest such text: below 1e6, two decimals of nine fraction digits lie further apart than a double's
+ * spacing). Anything else json would write differently or could not write (NaN, a nested dict, a subclass, a
+ * huge int) raises TypeError or ValueError, and the caller uses json itself. */
 
-#define SECONDS_ITEM_MAX 32   /* the longest text of one item: repr of a double is at most 24 characters */
+typedef struct {
+    char *data;
+    Py_ssize_t len;
+    Py_ssize_t cap;
+} Out;
 
-static Py_ssize_t
-write_seconds(double x, char *out)
+static int
+out_reserve(Out *o, Py_ssize_t more)
 {
+    if (o->len + more <= o->cap) {
+        return 0;
+    }
+    Py_ssize_t cap = o->cap ? o->cap : 512;
+    while (cap < o->len + more) {
+        if (cap > PY_SSIZE_T_MAX / 2) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        cap *= 2;
+    }
+    char *data = PyMem_Realloc(o->data, (size_t)cap);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    o->data = data;
+    o->cap = cap;
+    return 0;
+}
+
+static int
+out_write(Out *o, const char *text, Py_ssize_t n)
+{
+    if (out_reserve(o, n) < 0) {
+        return -1;
+    }
+    memcpy(o->data + o->len, text, (size_t)n);
+    o->len += n;
+    return 0;
+}
+
+static const char HEX[] = "0123456789abcdef";
+
+/* A str as json.dumps writes it with ensure_ascii: " and \ escaped, \b \f \n \r \t by name, every other
+ * character outside space..~ as \uXXXX (a surrogate pair above U+FFFF). */
+static int
+write_string(Out *o, PyObject *text)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    if (out_reserve(o, 2 + 12 * n) < 0) {
+        return -1;
+    }
+    int kind = PyUnicode_KIND(text);
+    const void *chars = PyUnicode_DATA(text);
+    char *p = o->data + o->len;
+    *p++ = '"';
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, chars, i);
+        if (c >= ' ' && c <= '~' && c != '"' && c != '\\') {
+            *p++ = (char)c;
+            continue;
+        }
+        *p++ = '\\';
+        switch (c) {
+        case '"': *p++ = '"'; continue;
+        case '\\': *p++ = '\\'; continue;
+        case '\b': *p++ = 'b'; continue;
+        case '\f': *p++ = 'f'; continue;
+        case '\n': *p++ = 'n'; continue;
+        case '\r': *p++ = 'r'; continue;
+        case '\t': *p++ = 't'; continue;
+        default: break;
+        }
+        if (c > 0xFFFF) {
+            Py_UCS4 v = c - 0x10000;
+            Py_UCS4 hi = 0xD800 | ((v >> 10) & 0x3FF), lo = 0xDC00 | (v & 0x3FF);
+            *p++ = 'u';
+            *p++ = HEX[(hi >> 12) & 0xF]; *p++ = HEX[(hi >> 8) & 0xF]; *p++ = HEX[(hi >> 4) & 0xF]; *p++ = HEX[hi & 0xF];
+            *p++ = '\\';
+            c = lo;
+        }
+        *p++ = 'u';
+        *p++ = HEX[(c >> 12) & 0xF]; *p++ = HEX[(c >> 8) & 0xF]; *p++ = HEX[(c >> 4) & 0xF]; *p++ = HEX[c & 0xF];
+    }
+    *p++ = '"';
+    o->len = p - o->data;
+    return 0;
+}
+
+#define FLOAT_TEXT_MAX 32   /* the longest text of one float: repr of a double is at most 24 characters */
+
+static int
+write_float(Out *o, double x)
+{
+    if (!isfinite(x)) {
+        PyErr_SetString(PyExc_ValueError, "summary_json: a float that is not finite (json writes NaN)");
+        return -1;
+    }
+    if (out_reserve(o, FLOAT_TEXT_MAX) < 0) {
+        return -1;
+    }
+    char *p = o->data + o->len;
     if (x >= 0.0 && x < 1e6) {
         long long n = llround(x * 1e9);
         if ((double)n / 1e9 == x) {
-            long long whole = n / 1000000000LL, frac = n % 1000000000LL;
-            Py_ssize_t pos = (Py_ssize_t)snprintf(out, SECONDS_ITEM_MAX, "%lld.", whole);
+            long long frac = n % 1000000000LL;
+            int pos = snprintf(p, FLOAT_TEXT_MAX, "%lld.", n / 1000000000LL);
             char digits[9];
             for (int i = 8; i >= 0; i--) {
                 digits[i] = (char)('0' + frac % 10);
@@ -567,8 +667,9 @@ write_seconds(double x, char *out)
             while (keep > 1 && digits[keep - 1] == '0') {
                 keep--;
             }
-            memcpy(out + pos, digits, (size_t)keep);
-            return pos + keep;
+            memcpy(p + pos, digits, (size_t)keep);
+            o->len += pos + keep;
+            return 0;
         }
     }
     char *text = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
@@ -576,66 +677,109 @@ write_seconds(double x, char *out)
         return -1;
     }
     size_t len = strlen(text);
-    if (len >= SECONDS_ITEM_MAX) {
-        PyMem_Free(text);
-        PyErr_SetString(PyExc_ValueError, "seconds_json: a float too long to write");
+    int fits = len < FLOAT_TEXT_MAX;
+    if (fits) {
+        memcpy(p, text, len);
+        o->len += (Py_ssize_t)len;
+    }
+    PyMem_Free(text);
+    if (!fits) {
+        PyErr_SetString(PyExc_ValueError, "summary_json: a float too long to write");
         return -1;
     }
-    memcpy(out, text, len);
-    PyMem_Free(text);
-    return (Py_ssize_t)len;
+    return 0;
+}
+
+/* A scalar: None, bool, int (within 64 bits), float, str; lists only where `list_ok`. */
+static int
+write_value(Out *o, PyObject *v, int list_ok)
+{
+    if (v == Py_None) {
+        return out_write(o, "null", 4);
+    }
+    if (v == Py_True) {
+        return out_write(o, "true", 4);
+    }
+    if (v == Py_False) {
+        return out_write(o, "false", 5);
+    }
+    if (PyFloat_CheckExact(v)) {
+        return write_float(o, PyFloat_AS_DOUBLE(v));
+    }
+    if (PyLong_CheckExact(v)) {
+        int overflow = 0;
+        long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || (n == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "summary_json: an int beyond 64 bits");
+            return -1;
+        }
+        char text[24];
+        int len = snprintf(text, sizeof text, "%lld", n);
+        return out_write(o, text, len);
+    }
+    if (PyUnicode_CheckExact(v)) {
+        return write_string(o, v);
+    }
+    if (list_ok && PyList_CheckExact(v)) {
+        if (out_write(o, "[", 1) < 0) {
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v); i++) {
+            if ((i && out_write(o, ",", 1) < 0) || write_value(o, PyList_GET_ITEM(v, i), 0) < 0) {
+                return -1;
+            }
+        }
+        return out_write(o, "]", 1);
+    }
+    PyErr_Format(PyExc_TypeError, "summary_json: a value of type %.100s", Py_TYPE(v)->tp_name);
+    return -1;
 }
 
 static PyObject *
-seconds_json(PyObject *module, PyObject *arg)
+summary_json(PyObject *module, PyObject *row)
 {
-    if (!PyList_CheckExact(arg)) {
-        PyErr_SetString(PyExc_TypeError, "seconds_json: expected a list of floats");
+    (void)module;
+    if (!PyDict_CheckExact(row)) {
+        PyErr_SetString(PyExc_TypeError, "summary_json: expected a dict");
         return NULL;
     }
-    Py_ssize_t n = PyList_GET_SIZE(arg);
-    if (n > (PY_SSIZE_T_MAX - 2) / (SECONDS_ITEM_MAX + 1)) {
-        return PyErr_NoMemory();
-    }
-    char *buf = PyMem_Malloc((size_t)(2 + n * (SECONDS_ITEM_MAX + 1)));
-    if (buf == NULL) {
-        return PyErr_NoMemory();
-    }
+    Out o = {NULL, 0, 0};
+    PyObject *key, *value;
     Py_ssize_t pos = 0;
-    buf[pos++] = '[';
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyList_GET_ITEM(arg, i);
-        if (!PyFloat_CheckExact(item)) {
-            PyMem_Free(buf);
-            PyErr_Format(PyExc_TypeError, "seconds_json: item %zd is not a float", i);
-            return NULL;
-        }
-        double x = PyFloat_AS_DOUBLE(item);
-        if (!isfinite(x)) {
-            PyMem_Free(buf);
-            PyErr_Format(PyExc_ValueError, "seconds_json: item %zd is not finite", i);
-            return NULL;
-        }
-        if (i) {
-            buf[pos++] = ',';
-        }
-        Py_ssize_t wrote = write_seconds(x, buf + pos);
-        if (wrote < 0) {
-            PyMem_Free(buf);
-            return NULL;
-        }
-        pos += wrote;
+    int first = 1;
+    if (out_write(&o, "{", 1) < 0) {
+        goto fail;
     }
-    buf[pos++] = ']';
-    PyObject *out = PyUnicode_DecodeASCII(buf, pos, NULL);
-    PyMem_Free(buf);
-    return out;
+    while (PyDict_Next(row, &pos, &key, &value)) {
+        if (!PyUnicode_CheckExact(key)) {
+            PyErr_SetString(PyExc_TypeError, "summary_json: a key that is not a str");
+            goto fail;
+        }
+        if ((!first && out_write(&o, ",", 1) < 0) || write_string(&o, key) < 0 || out_write(&o, ":", 1) < 0) {
+            goto fail;
+        }
+        first = 0;
+        /* the values are plain objects: nothing here runs Python code that could change the dict */
+        if (write_value(&o, value, 1) < 0) {
+            goto fail;
+        }
+    }
+    if (out_write(&o, "}", 1) < 0) {
+        goto fail;
+    }
+    PyObject *text = PyUnicode_DecodeASCII(o.data, o.len, NULL);
+    PyMem_Free(o.data);
+    return text;
+fail:
+    PyMem_Free(o.data);
+    return NULL;
 }
 
 static PyMethodDef module_methods[] = {
-    {"seconds_json", (PyCFunction)seconds_json, METH_O,
-     "seconds_json(values): a list of finite floats (seconds) as a JSON array, the same values json.dumps "
-     "writes; whole nanoseconds are written from their integer."},
+    {"summary_json", (PyCFunction)summary_json, METH_O,
+     "summary_json(row): a flat summary row as json.dumps(row, separators=(',', ':')) writes it, its floats of "
+     "whole nanoseconds from that integer; TypeError or ValueError for what it does not write."},
     {NULL, NULL, 0, NULL},
 };
 
