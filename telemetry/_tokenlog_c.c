@@ -544,7 +544,7 @@ static PyTypeObject TokenLogType = {
  * that keeps summaries. summary_json(row) writes the same JSON as json.dumps(row, separators=(",", ":")) for a
  * flat row (a dict of str keys to None, bool, int, float, str, or a list of those), byte for byte but for one
  * kind of float: a float x with 0 <= x < 1e6 that is a whole number of nanoseconds (n = round(x * 1e9) gives
- * n / 1e9 == x, as the token log's times and gaps are) is written as n's decimal with nine fraction digits,
+ * n / 1e9 == x, as the token log's times and gaps are; not -0.0) is written as n's decimal with nine fraction digits,
  * trailing zeros cut (0.000015 where repr writes 1.5e-05). That text is the exact decimal of n / 10^9, and
  * parsing it rounds that same rational as the division did, so it reads back as x exactly (and it is the
  * shortest such text: below 1e6, two decimals of nine fraction digits lie further apart than a double's
@@ -599,8 +599,11 @@ static const char HEX[] = "0123456789abcdef";
 static int
 write_string(Out *o, PyObject *text)
 {
+    if (PyUnicode_READY(text) < 0) {
+        return -1;
+    }
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
-    if (out_reserve(o, 2 + 12 * n) < 0) {
+    if (n > (PY_SSIZE_T_MAX - 2) / 12 || out_reserve(o, 2 + 12 * n) < 0) {
         return -1;
     }
     int kind = PyUnicode_KIND(text);
@@ -653,7 +656,7 @@ write_float(Out *o, double x)
         return -1;
     }
     char *p = o->data + o->len;
-    if (x >= 0.0 && x < 1e6) {
+    if (!signbit(x) && x < 1e6) {   /* not -0.0, which json writes with its sign */
         long long n = llround(x * 1e9);
         if ((double)n / 1e9 == x) {
             long long frac = n % 1000000000LL;

@@ -33,7 +33,7 @@ def _json(row: object) -> str:
 
 
 def _whole_ns(x: float) -> bool:
-    return 0 <= x < 1e6 and round(x * 1e9) / 1e9 == x
+    return 0 <= x < 1e6 and math.copysign(1.0, x) > 0 and round(x * 1e9) / 1e9 == x
 
 
 def _floats(value: object) -> list[float]:
@@ -48,9 +48,9 @@ def test_a_row_reads_back_as_json_writes_it_and_is_its_text_but_for_whole_nanose
     line = encode_row(row)
     got, want = json.loads(line), json.loads(_json(row))
     assert got == want and list(got) == list(want)
-    for key, value in want.items():  # float for float: 0.0 is not 0, 1.5e-05 is the same float
-        assert [(type(a), a) for a in (got[key] if isinstance(value, list) else [got[key]])] == [
-            (type(b), b) for b in (value if isinstance(value, list) else [value])]
+    for key, value in want.items():  # float for float: 0.0 is not 0 nor -0.0, 1.5e-05 is the same float
+        assert [(type(a), repr(a)) for a in (got[key] if isinstance(value, list) else [got[key]])] == [
+            (type(b), repr(b)) for b in (value if isinstance(value, list) else [value])]
     if not any(_whole_ns(x) for v in row.values() for x in _floats(v)):
         assert line == _json(row)
 
@@ -66,7 +66,8 @@ def test_a_whole_number_of_nanoseconds_is_its_exact_decimal_never_longer_than_it
 
 @native
 @pytest.mark.parametrize(("value", "text"), [
-    (0.000331782, "0.000331782"), (1.5e-05, "0.000015"), (0.0, "0.0"), (2.0, "2.0"), (1234.5, "1234.5"),
+    (0.000331782, "0.000331782"), (1.5e-05, "0.000015"), (0.0, "0.0"), (-0.0, "-0.0"), (2.0, "2.0"),
+    (1234.5, "1234.5"),
     (0.1 + 0.2, "0.30000000000000004"), (1e-300, "1e-300"), (-0.5, "-0.5"), (2e6, "2000000.0"),
     (1796459911.6256766, "1796459911.6256766"), (-(2**63), str(-(2**63))), (True, "true"), (None, "null"),
     ("m\u00e9\"\\\n\x01\U0001F600~\x7f\ud800", '"m\\u00e9\\"\\\\\\n\\u0001\\ud83d\\ude00~\\u007f\\ud800"'),
