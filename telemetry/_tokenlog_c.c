@@ -7,8 +7,10 @@
  * expect_plain(prefix, suffix) and commit_plain(body) are the per-chunk shortcut of a streamed reply: a body
  * that is prefix + text + suffix, its text non-empty and holding no quote, is one plain content chunk of the
  * stream and commits one token, in one call (see _reply_observer.py for why that shape says so).
+ * summary_json(row), beside it, writes a request's summary as the sink's JSONL line: the other per-request cost
+ * every server that keeps summaries pays (see its section below).
  *
- * Nothing here raises on bad data: an invalid count, a clock that fails or memory that runs out is
+ * Nothing in the token log raises on bad data: an invalid count, a clock that fails or memory that runs out is
  * counted in `invalid` and the call does nothing else. A call that does not match the signature (an unknown
  * keyword, too many arguments) raises TypeError, as a Python method would. Every method runs under the GIL and calls no
  * Python code except an injected clock, so calls are atomic with respect to each other.

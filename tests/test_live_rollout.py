@@ -131,12 +131,12 @@ def test_the_baselines_are_v1_before_the_update_and_v2_after_it(run: LiveRollout
 def test_the_gateways_queue_holds_nobody_while_v1_serves_alone(run: LiveRolloutRun) -> None:
     # v1's engine has room for the load (16 sequences, about 5 busy at this rate), and the gateway knows its 16
     # slots (--backend ...,slots=16): its limit starts at 32, so nobody waits in the gateway's queue, from the
-    # first request on. (Started at 2 (no slots), its slow start queued the first seconds' requests up to 1.35 s;
+    # first request on. (Started at 2 (no slots), its slow start queued the first seconds' requests up to 1.4 s;
     # a limit on the p90 gap, which follows the arrival rate, held 5 and queued every request ~2 s.)
     assert run.v2_started_unix_s is not None
     waits = [r["queue_s"] for r in _summaries(run).values()
              if r["version"] == "v1" and r["arrival_unix_s"] < run.v2_started_unix_s]
-    assert len(waits) >= 100, len(waits)
+    assert len(waits) >= 100 and None not in waits, waits  # each got a slot: none was refused
     assert statistics.median(waits) < 0.005 and max(waits) < 0.25, sorted(waits)[-20:]
 
 
