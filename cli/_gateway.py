@@ -263,7 +263,9 @@ def _backend_line(b: dict[str, object]) -> str:
     state = "routable" if b.get("routable") else ("draining" if b.get("draining") else
                                                  ("out of the pool" if not b.get("in_pool") else
                                                   ("breaker open" if b.get("breaker") == "open" else "unhealthy")))
-    return (f"{b.get('id')}  {b.get('url')}  version {b.get('version')}  {state}  breaker {b.get('breaker')}  "
+    limit = b.get("limit")
+    cap = f"  slots {b.get('slots')}  limit {limit.get('limit')}" if isinstance(limit, dict) else ""
+    return (f"{b.get('id')}  {b.get('url')}  version {b.get('version')}  {state}  breaker {b.get('breaker')}{cap}  "
             f"outstanding {b.get('outstanding')}  served {b.get('served')}{_engine_part(b)}")
 
 

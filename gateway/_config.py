@@ -230,7 +230,7 @@ def backend_from_arg(text: str, position: int, engine: str | None = None) -> Bac
     head, comma, tail = text.rpartition(",slots=")
     if comma:
         if not tail.isascii() or not tail.isdigit():
-            raise ConfigurationError(f"--backend {text!r}: slots={tail!r} is not a whole number; write e.g. "
+            raise ConfigurationError(f"{text!r}: slots={tail!r} is not a whole number; write e.g. "
                                      "a=http://127.0.0.1:8001@v1,slots=4")
         text, slots = head, int(tail)
     ident, sep, rest = text.partition("=")

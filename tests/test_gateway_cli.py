@@ -37,3 +37,31 @@ def test_a_bad_pool_file_names_the_backend_and_the_fix(tmp_path: Path, text: str
 def test_the_admin_commands_say_when_no_gateway_answers(tmp_path: Path) -> None:
     r = llmslo(tmp_path, "gateway", "drain", "a", "--admin", "http://127.0.0.1:9")
     assert r.returncode == 1 and "no gateway admin API there" in r.stderr and "--admin URL" in r.stderr
+
+
+def test_bad_slots_on_a_backend_is_a_usage_error_that_names_it_once(tmp_path: Path) -> None:
+    r = llmslo(tmp_path, "gateway", "--backend", "a=http://127.0.0.1:1@v1,slots=four", "--port", "0")
+    assert r.returncode == 2, r.stderr
+    assert "--backend: 'a=http://127.0.0.1:1@v1,slots=four': slots='four' is not a whole number" in r.stderr
+    assert "a=http://127.0.0.1:8001@v1,slots=4" in r.stderr and r.stderr.count("--backend") == 1
+
+
+def test_a_backends_slots_set_its_limit_and_gateway_status_shows_both(tmp_path: Path) -> None:
+    import re
+
+    from llmslo.ops._live_processes import ready_match, ready_port, started
+    from llmslo.ops._live_rollout import GATEWAY_READY
+
+    exe = Path(sys.executable).with_name("llmslo")
+    if not exe.exists():
+        pytest.skip(f"no installed llmslo command beside {sys.executable}")
+    with started([str(exe), "serve", "--port", "0"], tmp_path / "serve.log", stdout=subprocess.PIPE) as serve:
+        url = f"http://127.0.0.1:{ready_port(serve)}"
+        with started([str(exe), "gateway", "--backend", f"a={url}@v1,slots=4", "--port", "0", "--admin-port", "0"],
+                     tmp_path / "gateway.log", stdout=subprocess.PIPE) as gateway:
+            admin = f"http://127.0.0.1:{ready_match(gateway, GATEWAY_READY, 'llmslo gateway').group(2)}"
+            r = subprocess.run([str(exe), "gateway", "status", "--admin", admin], cwd=tmp_path, capture_output=True,
+                               text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert re.search(rf"^a  {re.escape(url)}  version v1  .*  slots 4  limit 8  outstanding 0  served 0", r.stdout,
+                     re.M), r.stdout
