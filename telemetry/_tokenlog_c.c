@@ -601,9 +601,11 @@ static const char HEX[] = "0123456789abcdef";
 static int
 write_string(Out *o, PyObject *text)
 {
+#if PY_VERSION_HEX < 0x030C0000   /* every str is ready from 3.12 on (and the call is deprecated there) */
     if (PyUnicode_READY(text) < 0) {
         return -1;
     }
+#endif
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
     if (n > (PY_SSIZE_T_MAX - 2) / 12 || out_reserve(o, 2 + 12 * n) < 0) {
         return -1;
