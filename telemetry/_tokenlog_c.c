@@ -594,57 +594,56 @@ out_write(Out *o, const char *text, Py_ssize_t n)
     return 0;
 }
 
-static const char HEX[] = "0123456789abcdef";
+/* json's own escaper (json.encoder.encode_basestring_ascii, in C where _json is built): imported on first use,
+ * so that the token log never depends on it. */
+static PyObject *escape_ascii = NULL;
 
-/* A str as json.dumps writes it with ensure_ascii: " and \ escaped, \b \f \n \r \t by name, every other
- * character outside space..~ as \uXXXX (a surrogate pair above U+FFFF). */
+/* A str as json.dumps writes it (ensure_ascii): printable ASCII without a quote or a backslash, the usual key
+ * or value of a summary, is copied; anything else is written by json's own escaper. */
 static int
 write_string(Out *o, PyObject *text)
 {
-#if PY_VERSION_HEX < 0x030C0000   /* every str is ready from 3.12 on (and the call is deprecated there) */
-    if (PyUnicode_READY(text) < 0) {
+    if (PyUnicode_IS_ASCII(text)) {
+        Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+        const Py_UCS1 *chars = PyUnicode_1BYTE_DATA(text);
+        Py_ssize_t i = 0;
+        while (i < n && chars[i] >= ' ' && chars[i] <= '~' && chars[i] != '"' && chars[i] != '\\') {
+            i++;
+        }
+        if (i == n) {
+            if (n > PY_SSIZE_T_MAX - 2 || out_reserve(o, n + 2) < 0) {
+                return -1;
+            }
+            o->data[o->len] = '"';
+            memcpy(o->data + o->len + 1, chars, (size_t)n);
+            o->data[o->len + n + 1] = '"';
+            o->len += n + 2;
+            return 0;
+        }
+    }
+    if (escape_ascii == NULL) {
+        PyObject *encoder = PyImport_ImportModule("json.encoder");
+        if (encoder == NULL) {
+            return -1;
+        }
+        escape_ascii = PyObject_GetAttrString(encoder, "encode_basestring_ascii");
+        Py_DECREF(encoder);
+        if (escape_ascii == NULL) {
+            return -1;
+        }
+    }
+    PyObject *escaped = PyObject_CallOneArg(escape_ascii, text);
+    if (escaped == NULL) {
         return -1;
     }
-#endif
-    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
-    if (n > (PY_SSIZE_T_MAX - 2) / 12 || out_reserve(o, 2 + 12 * n) < 0) {
-        return -1;
+    Py_ssize_t len;
+    const char *utf8 = PyUnicode_Check(escaped) ? PyUnicode_AsUTF8AndSize(escaped, &len) : NULL;
+    int status = utf8 == NULL ? -1 : out_write(o, utf8, len);
+    if (utf8 == NULL && !PyErr_Occurred()) {
+        PyErr_SetString(PyExc_TypeError, "summary_json: json's escaper returned no str");
     }
-    int kind = PyUnicode_KIND(text);
-    const void *chars = PyUnicode_DATA(text);
-    char *p = o->data + o->len;
-    *p++ = '"';
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_UCS4 c = PyUnicode_READ(kind, chars, i);
-        if (c >= ' ' && c <= '~' && c != '"' && c != '\\') {
-            *p++ = (char)c;
-            continue;
-        }
-        *p++ = '\\';
-        switch (c) {
-        case '"': *p++ = '"'; continue;
-        case '\\': *p++ = '\\'; continue;
-        case '\b': *p++ = 'b'; continue;
-        case '\f': *p++ = 'f'; continue;
-        case '\n': *p++ = 'n'; continue;
-        case '\r': *p++ = 'r'; continue;
-        case '\t': *p++ = 't'; continue;
-        default: break;
-        }
-        if (c > 0xFFFF) {
-            Py_UCS4 v = c - 0x10000;
-            Py_UCS4 hi = 0xD800 | ((v >> 10) & 0x3FF), lo = 0xDC00 | (v & 0x3FF);
-            *p++ = 'u';
-            *p++ = HEX[(hi >> 12) & 0xF]; *p++ = HEX[(hi >> 8) & 0xF]; *p++ = HEX[(hi >> 4) & 0xF]; *p++ = HEX[hi & 0xF];
-            *p++ = '\\';
-            c = lo;
-        }
-        *p++ = 'u';
-        *p++ = HEX[(c >> 12) & 0xF]; *p++ = HEX[(c >> 8) & 0xF]; *p++ = HEX[(c >> 4) & 0xF]; *p++ = HEX[c & 0xF];
-    }
-    *p++ = '"';
-    o->len = p - o->data;
-    return 0;
+    Py_DECREF(escaped);
+    return status;
 }
 
 #define FLOAT_TEXT_MAX 32   /* the longest text of one float: repr of a double is at most 24 characters */
