@@ -108,7 +108,7 @@ class _Slots:
     def __init__(self, min_limit: int, max_limit: int, limit: float) -> None:
         self.min_limit = min_limit
         self.max_limit = max_limit
-        self._limit = float(limit)   # the controller's value; the public limit is its floor, clamped
+        self._limit = float(limit)   # the controller's value, kept in min..max by each update; limit is its floor
         self._in_flight = 0
         self.unmatched_releases = 0  # release() calls with nothing in flight (ignored)
 

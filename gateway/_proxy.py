@@ -66,6 +66,7 @@ from llmslo.gateway._metrics import PoolCollector
 from llmslo.gateway._pool import Backend, Pool
 from llmslo.telemetry import RequestTracker, Telemetry, valid_request_id
 from llmslo.telemetry._exposition import render_metrics
+from llmslo.telemetry._openai_stream import json_value
 from llmslo.telemetry._reply_observer import SSE, ReplyObserver
 
 log = logging.getLogger("llmslo.gateway")
@@ -83,24 +84,6 @@ _JSON = (b"content-type", b"application/json")
 CHECK_TICK_S = 1.0
 """How often, at most, the requests in flight are checked for their deadline (the request timeout) and their
 streams for a stall (seconds): each ends at most this late, or a quarter of its time when that is shorter."""
-
-
-_SCAN_JSON: Callable[[str, int], tuple[object, int]] = vars(json.JSONDecoder())["scan_once"]
-"""json's own scanner (C): ``(value, end)`` of the JSON value at an index of a text."""
-
-
-def _json_value(data: bytes) -> object:
-    """``json.loads(data)``, sooner for the usual body: UTF-8 text that is one value and nothing else is read by
-    json's scanner at once (what ``json.loads`` does after finding the encoding and the whitespace around the
-    value); any other body goes through ``json.loads``, its errors included."""
-    try:
-        text = data.decode("utf-8")
-        value, end = _SCAN_JSON(text, 0)
-        if end == len(text):
-            return value
-    except (UnicodeDecodeError, StopIteration, ValueError):
-        pass
-    return json.loads(data)
 
 
 def _estimate_prompt_tokens(body: dict[str, object]) -> int:
@@ -300,7 +283,7 @@ class GatewayApp:
 
     def _parse(self, req: Request) -> _Parsed:
         try:
-            body = _json_value(req.body)
+            body = json_value(req.body)
         except (ValueError, UnicodeDecodeError) as exc:
             raise BadRequest(400, f"body: not JSON ({exc})") from exc
         if not isinstance(body, dict):

@@ -139,9 +139,9 @@ _SCAN: Callable[[str, int], tuple[object, int]] = make_scanner(
 _JSON_SPACE = " \t\n\r"
 
 
-def _json(data: bytes) -> object:
+def json_value(data: bytes) -> object:
     """``json.loads(data)``: the same value, or ``ValueError``. A UTF-8 text that is one JSON value from its first
-    character (what servers send) is scanned directly, skipping ``json.loads``' encoding detection and
+    character (what servers and clients send) is scanned directly, skipping ``json.loads``' encoding detection and
     whitespace matching; anything else (leading space, another encoding, an error to report) goes through
     ``json.loads`` itself."""
     try:
@@ -159,7 +159,7 @@ def read_event(payload: bytes) -> ReplyEvent:
     if payload.strip() == b"[DONE]":
         return DONE
     try:
-        obj = _json(payload)
+        obj = json_value(payload)
     except ValueError:
         return MALFORMED
     if not isinstance(obj, dict):
@@ -171,7 +171,7 @@ def read_reply(body: bytes) -> ReplyEvent:
     """A whole non-streamed reply (a JSON body with ``choices`` and ``usage``); ``content`` is true when its
     first choice carries text."""
     try:
-        obj = _json(body)
+        obj = json_value(body)
     except ValueError:
         return MALFORMED
     if not isinstance(obj, dict):

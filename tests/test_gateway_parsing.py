@@ -1,42 +1,12 @@
-"""The gateway's reading of a request, piece by piece: the head as bytes and the JSON body's quick path, each
-equal to the plain reading it replaces (``json.loads``; the text head parser's results) on any input."""
+"""The gateway's reading of a request head, as bytes: its results on good heads and every refusal of a bad one,
+with its status and the line shown. (Its body is read by the stream reader's ``json_value``, tested against
+``json.loads`` in ``test_openai_stream_json.py``.)"""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from llmslo.gateway._http import HttpError, _parse_head
-from llmslo.gateway._proxy import _json_value
-
-_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
-                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
-                     max_leaves=12)
-
-
-def _outcome(read: object, data: bytes) -> tuple[str, object]:
-    try:
-        return "value", read(data)  # type: ignore[operator]
-    except (ValueError, UnicodeDecodeError) as exc:
-        return type(exc).__name__, str(exc)
-
-
-@settings(max_examples=300, deadline=None)
-@given(value=_json, pad=st.sampled_from(["", " ", "\n", " \t"]), tail=st.sampled_from(["", "x", "}", " 1"]),
-       encoding=st.sampled_from(["utf-8", "utf-8-sig", "utf-16", "utf-32"]))
-def test_the_quick_json_path_reads_every_body_as_json_loads_does(value: object, pad: str, tail: str,
-                                                                  encoding: str) -> None:
-    data = (pad + json.dumps(value) + pad + tail).encode(encoding)
-    assert _outcome(_json_value, data) == _outcome(json.loads, data)
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.binary(max_size=40))
-def test_any_bytes_get_the_value_or_the_error_json_loads_gives(data: bytes) -> None:
-    assert _outcome(_json_value, data) == _outcome(json.loads, data)
 
 
 def test_the_head_is_read_as_bytes_with_lower_case_names_and_trimmed_values() -> None:
