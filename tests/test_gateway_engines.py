@@ -198,7 +198,10 @@ def proof(tmp_path_factory: pytest.TempPathFactory) -> Proof:
     with running_llama_server(work / "a", parallel=2, context_tokens=2048, threads=1, alias=MODEL) as a, \
             running_llama_server(work / "b", parallel=2, context_tokens=2048, threads=1, alias=MODEL) as b:
         _budget_phase(work, b, out)
-        sim = Proc(["serve", "--port", "0", "--model", MODEL, "--version", "sim-1", "--speed", "5",
+        # the simulated engine at --speed 2 serves about 8 of these requests a second: with the two llama-servers
+        # (one killed at 5 s) the pool stays below the burst's 20 a second, so the queue fills and refuses. At
+        # --speed 5 it served about 20 a second alone, and a quiet machine could serve the whole burst.
+        sim = Proc(["serve", "--port", "0", "--model", MODEL, "--version", "sim-1", "--speed", "2",
                     "--max-num-seqs", "4"], work, SERVE_READY)
         gw: Proc | None = None
         try:
@@ -257,7 +260,9 @@ def test_the_run_saw_a_burst_a_kill_and_a_drain(proof: Proof) -> None:
           f"budget: {sorted(r[0] for r in proof.budget_replies)}, engine tokens {proof.budget_engine_tokens}")
     assert proof.gateway_exit == 0, proof.gateway_err
     assert "draining b" in proof.drain_answer, proof.drain_answer
-    assert len(proof.gateway) >= 60, proof.load_out[-2000:]
+    # the load offers 160 requests; once the burst brings a refusal, the client's breaker holds back what its
+    # Retry-After asks (61 to 113 of them in runs here), so the gateway sees 50 to 100
+    assert len(proof.attempts) >= 60 and len(proof.gateway) >= 30, proof.load_out[-2000:]
     reasons = Counter(r["finish_reason"] for r in proof.gateway)
     assert reasons["length"] + reasons["stop"] >= 30 and reasons["rejected"] >= 1, reasons
 
