@@ -1,4 +1,5 @@
-"""The admission queue: bounded in requests and in waiting time, priority classes, a concurrency limit.
+"""The admission queue: bounded in requests and in waiting time, priority classes, a concurrency limit (in
+requests, and optionally in tokens).
 
 A request meets the queue once, through :meth:`AdmissionQueue.acquire` (asyncio) or
 :meth:`AdmissionQueue.acquire_blocking` (threads); both work on one lock-protected state, so an asyncio
@@ -24,6 +25,13 @@ server and its worker threads may share a queue. What can happen to it, each rep
     returned :class:`Decision` says ``queue_full`` with the detail ``queue_timeout``.
   * **ended by someone else** (a deadline, the drain, a client cancel finishing the tracker): it leaves the
     queue at once; the decision mirrors the terminal state (``draining`` for ``server_draining``).
+
+**Tokens.** With a ``token_capacity``, each request also weighs its ``tokens`` (a gateway gives ``prompt_tokens +
+max_tokens``: the KV cache it may take), and a slot is granted only while the tokens of the requests holding slots
+plus its own fit the capacity; a request that alone exceeds it is granted once nobody holds a slot, so the
+heaviest request is never held back for good. The queue stays first come, first served within a class: a head
+that does not fit holds back the lighter requests behind it (admitting them past it would starve heavy
+requests under steady load).
 
 A slot is held from the grant until the request's terminal state: the queue registers
 ``tracker.add_resource(release, "admission_slot")`` when the request enters, and the lifecycle calls it
@@ -85,10 +93,12 @@ _Report = tuple[str, RequestTracker, Decision]
 class _Entry:
     """One request's place in the queue. ``state`` and ``decision`` change only under the queue's lock."""
 
-    __slots__ = ("cls", "deadline", "decision", "event", "future", "loop", "rank", "state", "tracker")
+    __slots__ = ("cls", "deadline", "decision", "event", "future", "loop", "rank", "state", "tokens", "tracker")
 
-    def __init__(self, tracker: RequestTracker, cls: str, rank: int, deadline: float, state: str) -> None:
+    def __init__(self, tracker: RequestTracker, cls: str, rank: int, deadline: float, state: str,
+                 tokens: int = 0) -> None:
         self.tracker = tracker
+        self.tokens = tokens
         self.cls = cls
         self.rank = rank
         self.deadline = deadline
@@ -127,6 +137,7 @@ class AdmissionQueue:
     - ``model``: the model this queue serves (its ``llmslo_queue_capacity_requests`` series).
     - ``capacity``: the most requests waiting at once (requests, >= 1).
     - ``concurrency``: the most requests holding a slot at once (>= 1).
+    - ``token_capacity``: the most tokens held by slots at once (>= 1; ``None``: no bound in tokens).
     - ``queue_timeout_s``: the longest a request waits for a slot (seconds, > 0).
     - ``classes``: the tenant classes, highest priority first (default ``("interactive", "batch")``).
     - ``shedder``: a :class:`LoadShedder` consulted on entry (its classes must be these), or ``None``.
@@ -138,7 +149,8 @@ class AdmissionQueue:
     ``AdmissionQueue.capacity: must be an integer >= 1, got 0``.
     """
 
-    def __init__(self, model: str, *, capacity: int, concurrency: int, queue_timeout_s: float = 30.0,
+    def __init__(self, model: str, *, capacity: int, concurrency: int, token_capacity: int | None = None,
+                 queue_timeout_s: float = 30.0,
                  classes: tuple[str, ...] = ("interactive", "batch"), shedder: LoadShedder | None = None,
                  retry_after: RetryAfterEstimator | None = None, telemetry: Telemetry | None = None,
                  clock: Clock = MONOTONIC) -> None:
@@ -146,6 +158,7 @@ class AdmissionQueue:
             raise ConfigurationError(f"AdmissionQueue.model: must be a non-empty string, got {model!r}")
         self.capacity = _positive_int("capacity", capacity)
         self.concurrency = _positive_int("concurrency", concurrency)
+        self.token_capacity = None if token_capacity is None else _positive_int("token_capacity", token_capacity)
         if not (isinstance(queue_timeout_s, int | float) and not isinstance(queue_timeout_s, bool)
                 and math.isfinite(queue_timeout_s) and queue_timeout_s > 0):
             raise ConfigurationError(
@@ -173,6 +186,7 @@ class AdmissionQueue:
         self._queues: tuple[deque[_Entry], ...] = tuple(deque() for _ in self.classes)
         self._depth = 0
         self._running = 0
+        self._tokens_running = 0
         if telemetry is not None:
             telemetry.set_queue_capacity(model, self.capacity)
 
@@ -187,6 +201,18 @@ class AdmissionQueue:
     def running(self) -> int:
         """Slots held now (granted, the request not yet at its terminal state)."""
         return self._running
+
+    @property
+    def tokens_running(self) -> int:
+        """The tokens of the requests holding slots now (0 when requests are given no tokens)."""
+        return self._tokens_running
+
+    def _fits_locked(self, tokens: int) -> bool:
+        """Whether a request of ``tokens`` tokens may take a slot now (queue order aside)."""
+        if self._running >= self.concurrency:
+            return False
+        cap = self.token_capacity
+        return cap is None or self._tokens_running == 0 or self._tokens_running + tokens <= cap
 
     def depth_by_class(self) -> dict[str, int]:
         """Requests waiting now, per class."""
@@ -209,18 +235,32 @@ class AdmissionQueue:
             self._lock.release()
         self._settle([], woken)
 
+    def set_token_capacity(self, token_capacity: int | None) -> None:
+        """Change the bound in tokens (``None``: no bound), as :meth:`set_concurrency` does the slots. Raises
+        :class:`ConfigurationError` below 1."""
+        n = None if token_capacity is None else _positive_int("token_capacity", token_capacity)
+        woken: list[_Entry] = []
+        self._lock.acquire()
+        try:
+            self.token_capacity = n
+            woken = self._dispatch_locked(self._clock())
+        finally:
+            self._lock.release()
+        self._settle([], woken)
+
     # ---- entry points ------------------------------------------------------------------------------------
 
     async def acquire(self, tracker: RequestTracker, tenant_class: str | None = None, *,
-                      timeout_s: float | None = None, degrade: DegradeHook | None = None) -> Decision:
+                      timeout_s: float | None = None, degrade: DegradeHook | None = None, tokens: int = 0) -> Decision:
         """Wait (asyncio) for a slot for ``tracker``'s request; the :class:`Decision` says whether it got one.
 
         ``tenant_class``: its priority class (the tracker's when ``None``; unknown: the lowest).
         ``timeout_s``: this request's queue timeout (seconds, at most the queue's; ``None``: the queue's;
         ``0``: never wait, refused when no slot is free). ``degrade``: the server's :data:`DegradeHook`.
+        ``tokens``: the request's weight against ``token_capacity`` (>= 0; ignored without one).
         Never raises but for the cancellation of the waiting task (re-raised after leaving the queue).
         """
-        first = self._enter(tracker, tenant_class, timeout_s, degrade, blocking=False)
+        first = self._enter(tracker, tenant_class, timeout_s, degrade, tokens, blocking=False)
         if isinstance(first, Decision):
             return first
         fut = first.future
@@ -238,10 +278,11 @@ class AdmissionQueue:
         return self._outcome(first)
 
     def acquire_blocking(self, tracker: RequestTracker, tenant_class: str | None = None,
-                         timeout_s: float | None = None, *, degrade: DegradeHook | None = None) -> Decision:
+                         timeout_s: float | None = None, *, degrade: DegradeHook | None = None,
+                         tokens: int = 0) -> Decision:
         """As :meth:`acquire`, blocking the calling thread (for threaded servers; never call it on an
         event loop's thread)."""
-        first = self._enter(tracker, tenant_class, timeout_s, degrade, blocking=True)
+        first = self._enter(tracker, tenant_class, timeout_s, degrade, tokens, blocking=True)
         if isinstance(first, Decision):
             return first
         event = first.event
@@ -280,8 +321,9 @@ class AdmissionQueue:
         return self.queue_timeout_s
 
     def _enter(self, tracker: RequestTracker, tenant_class: str | None, timeout_s: float | None,
-               degrade: DegradeHook | None, *, blocking: bool) -> Decision | _Entry:
+               degrade: DegradeHook | None, tokens: int, *, blocking: bool) -> Decision | _Entry:
         """A slot at once (:data:`ADMIT`), a refusal, or the entry of a request that now waits."""
+        tokens = tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0 else 0
         name = tracker.tenant_class if tenant_class is None else tenant_class
         rank = self._ranks.get(name) if isinstance(name, str) else None
         if rank is None:  # an unknown class is the lowest
@@ -295,19 +337,20 @@ class AdmissionQueue:
         lock = self._lock
         lock.acquire()
         try:
-            free = self._depth == 0 and self._running < self.concurrency
+            free = self._depth == 0 and self._fits_locked(tokens)
             if free:  # the common case, kept short: nobody waits and a slot is free
                 self._running += 1
+                self._tokens_running += tokens
         finally:
             lock.release()
         if free:
-            entry = _Entry(tracker, name, rank, 0.0, _GRANTED)
+            entry = _Entry(tracker, name, rank, 0.0, _GRANTED, tokens)
             tracker.admit()
             tracker.add_resource(functools.partial(self._on_terminal, entry), "admission_slot")
             return self._outcome(entry)
-        return self._enter_slow(tracker, name, rank, self._wait_limit(timeout_s), blocking)
+        return self._enter_slow(tracker, name, rank, self._wait_limit(timeout_s), tokens, blocking)
 
-    def _enter_slow(self, tracker: RequestTracker, name: str, rank: int, wait_s: float,
+    def _enter_slow(self, tracker: RequestTracker, name: str, rank: int, wait_s: float, tokens: int,
                     blocking: bool) -> Decision | _Entry:
         """No slot was free a moment ago: take one that came free, wait, or be refused."""
         now = self._clock()
@@ -316,12 +359,13 @@ class AdmissionQueue:
         refusal: Decision | None = None
         self._lock.acquire()
         try:
-            if self._depth == 0 and self._running < self.concurrency:  # freed meanwhile
+            if self._depth == 0 and self._fits_locked(tokens):  # freed meanwhile
                 self._running += 1
-                entry = _Entry(tracker, name, rank, now, _GRANTED)
+                self._tokens_running += tokens
+                entry = _Entry(tracker, name, rank, now, _GRANTED, tokens)
             else:
                 refusal = self._make_room_locked(rank, wait_s, now, reports, woken)
-                entry = _Entry(tracker, name, rank, now + wait_s, _WAITING)
+                entry = _Entry(tracker, name, rank, now + wait_s, _WAITING, tokens)
                 if refusal is None:
                     if blocking:
                         entry.event = threading.Event()
@@ -456,6 +500,7 @@ class AdmissionQueue:
             if entry.state == _GRANTED:
                 entry.state = _RELEASED
                 self._running -= 1
+                self._tokens_running -= entry.tokens
                 woken = self._dispatch_locked(now)
             elif entry.state == _WAITING:
                 self._remove_locked(entry, _ENDED, now)
@@ -467,11 +512,15 @@ class AdmissionQueue:
 
     def _dispatch_locked(self, now: float) -> list[_Entry]:
         granted: list[_Entry] = []
-        while self._depth and self._running < self.concurrency:
-            entry = next(q for q in self._queues if q).popleft()
+        while self._depth:
+            queue = next(q for q in self._queues if q)
+            if not self._fits_locked(queue[0].tokens):  # first come, first served: the head waits for room
+                break
+            entry = queue.popleft()
             entry.state = _GRANTED
             entry.decision = ADMIT
             self._running += 1
+            self._tokens_running += entry.tokens
             self._depth -= 1
             granted.append(entry)
         if granted:

@@ -17,6 +17,17 @@ sending, :meth:`AdaptiveLimit.release` when the request ends) and reports each f
   5 requests and queued the rest 2 s, where the engine alone answered in 23 ms. The median is the plain
   decode step; it rises when the backend is slower per token.
 
+**Tokens in flight.** Each request may also carry its weight in tokens (the gateway gives ``prompt_tokens +
+max_tokens``: the most KV cache it can take), and the limit bounds the tokens in flight as well as the
+requests. The token limit has no value until a window within tolerance had tokens in flight; from then on it is
+at least :data:`TOKEN_HEADROOM` times the most tokens in flight of any window within tolerance (the load the
+backend is known to serve, with the same headroom as a slow start's doubling), and a window over tolerance in
+which the tokens in flight reached :data:`TOKEN_BINDING` of it cuts it as the request limit is cut. So when the
+requests turn heavier (longer prompts, larger ``max_tokens``) on a backend bound by its KV cache, the requests
+admitted are held at once to about the tokens that were served well, where a limit in requests alone would let
+the same count of heavier requests through and wait for the latency to rise before cutting it, one window at a
+time (``bench/bench_gateway_tokens.py`` runs both).
+
 Whole-request time of a token stream is mostly its output length: a long answer looks like a slow backend.
 :class:`WholeRttGradientLimit` models Envoy's gradient controller on whole-request time, for comparison
 (``bench/bench_gateway_concurrency.py`` runs both against the same simulated backend).
@@ -53,6 +64,13 @@ REBASE_CUT = 2.0 / 3.0
 PLATEAU = 0.9
 """The cost "did not respond" to that cut when its gradient is within this factor of the earlier one (either
 way: a cost that rose while the load fell says the backend is changing; it is measured again)."""
+
+
+TOKEN_HEADROOM = 2.0
+"""The token limit is at least this many times the most tokens in flight of a window within tolerance."""
+
+TOKEN_BINDING = 0.9
+"""A window over tolerance cuts the token limit when its most tokens in flight reached this fraction of it."""
 
 
 def _cost(value: object) -> float | None:
@@ -213,6 +231,10 @@ class AdaptiveLimit(_Slots):
     back), while a backend that lost capacity (slow at the load it had, fast at a lower one) keeps its
     baseline and a lower limit.
 
+    **Tokens in flight.** :meth:`try_acquire` may take a request's weight in tokens; the token limit (None until
+    a window within tolerance carried tokens) then bounds their sum as well (see the module docstring). A
+    caller that gives no tokens gets a limit in requests alone.
+
     Requests without a first token give no prefill sample; requests without gaps no decode sample. A
     backend that answers nothing gives no samples at all: a circuit breaker, not this limit, handles it.
 
@@ -224,12 +246,13 @@ class AdaptiveLimit(_Slots):
     Example::
 
         limit = AdaptiveLimit(initial=8, max_limit=128)
-        if not limit.try_acquire():
+        weight = prompt_tokens + max_tokens
+        if not limit.try_acquire(weight):
             return refuse(503)
         try:
             reply = await send(backend, request)
         finally:
-            limit.release()
+            limit.release(weight)
         limit.observe(ttft_s=reply.ttft_s, prompt_tokens=reply.prompt_tokens, gaps_s=reply.gaps_s)
     """
 
@@ -257,6 +280,40 @@ class AdaptiveLimit(_Slots):
         self.rebases = 0              # baselines re-measured upward
         self.ignored_values = 0       # bad figures dropped by observe()
         self.last_update_s: float | None = None
+        self._tokens = 0              # tokens in flight: the weights acquired and not yet released
+        self._peak_tokens = 0         # the most tokens in flight during this window
+        self._token_limit: float | None = None  # None: no window within tolerance carried tokens yet
+
+    @property
+    def token_limit(self) -> int | None:
+        """The most tokens in flight at once (see the module docstring), None while it has no value."""
+        return None if self._token_limit is None else int(self._token_limit)
+
+    @property
+    def tokens_in_flight(self) -> int:
+        """The tokens of the requests acquired and not yet released (their weights)."""
+        return self._tokens
+
+    def has_room(self, tokens: int = 0) -> bool:
+        """Whether :meth:`try_acquire` would take a request of ``tokens`` tokens now: fewer than ``limit``
+        requests in flight and, once the token limit has a value, its tokens fit under it (a request alone, with
+        no tokens in flight, always fits: the heaviest request is never held back for good)."""
+        if self._in_flight >= self.limit:
+            return False
+        cap = self._token_limit
+        return cap is None or self._tokens == 0 or self._tokens + tokens <= cap
+
+    def try_acquire(self, tokens: int = 0) -> bool:
+        """True, counting one more request and its ``tokens`` (its weight, >= 0) in flight, when
+        :meth:`has_room` for it; else False."""
+        if not self.has_room(tokens):
+            return False
+        self._tokens += max(0, tokens)
+        if self._tokens > self._peak_tokens:
+            self._peak_tokens = self._tokens
+        self._in_flight += 1
+        self._acquired()
+        return True
 
     def _acquired(self) -> None:
         if self._in_flight > self._peak_in_flight:
@@ -264,8 +321,11 @@ class AdaptiveLimit(_Slots):
         if self._cut_at is not None and self._in_flight > self._level_peak:
             self._level_peak = self._in_flight
 
-    def release(self) -> None:
-        """One request ended (whatever its outcome). More releases than acquires are counted, never below 0."""
+    def release(self, tokens: int = 0) -> None:
+        """One request ended (whatever its outcome), with the ``tokens`` it was acquired with. More releases than
+        acquires are counted, never below 0."""
+        if self._in_flight:
+            self._tokens = max(0, self._tokens - max(0, tokens))
         super().release()
         self._note_cut()
 
@@ -340,14 +400,16 @@ class AdaptiveLimit(_Slots):
                 assert sig.baseline_s is not None
                 sig.last_ratio = ratios[sig.name] = sample / sig.baseline_s
             sig.samples.clear()
-        peak = self._peak_in_flight
+        peak, peak_tokens = self._peak_in_flight, self._peak_tokens
         self._window_requests = 0
         self._peak_in_flight = self._in_flight
+        self._peak_tokens = self._tokens
         if not ratios:
             return
         self.updates += 1
         self.last_update_s = now
         gradient = self.gradient = max(ratios.values())
+        self._update_tokens(gradient, peak_tokens)
         if gradient <= self.tolerance:
             self._end_overload()
             if peak * 2 >= self.limit:
@@ -364,6 +426,18 @@ class AdaptiveLimit(_Slots):
         target = self._limit * self.tolerance / gradient
         self._limit = self._clamp(self._limit + self.smoothing * (target - self._limit))
         self._note_cut()
+
+    def _update_tokens(self, gradient: float, peak_tokens: int) -> None:
+        """The token limit's move for a window with ``gradient`` and at most ``peak_tokens`` in flight: within
+        tolerance it rises to :data:`TOKEN_HEADROOM` times that peak (never falls); over it, when the peak reached
+        :data:`TOKEN_BINDING` of the limit, it is cut as the request limit is (``smoothing`` of the way toward
+        ``limit * tolerance / gradient``)."""
+        cap = self._token_limit
+        if gradient <= self.tolerance:
+            if peak_tokens > 0:
+                self._token_limit = max(cap or 0.0, TOKEN_HEADROOM * peak_tokens)
+        elif cap is not None and peak_tokens >= TOKEN_BINDING * cap:
+            self._token_limit = max(1.0, cap + self.smoothing * (cap * self.tolerance / gradient - cap))
 
     def _note_cut(self) -> None:
         """In an overload, stamp the moment the requests in flight came down to the next level measured: the
@@ -429,6 +503,8 @@ class AdaptiveLimit(_Slots):
             "controller": "per_unit_of_work",
             "limit": self.limit,
             "in_flight": self._in_flight,
+            "token_limit": self.token_limit,
+            "tokens_in_flight": self._tokens,
             "min_limit": self.min_limit,
             "max_limit": self.max_limit,
             "tolerance": self.tolerance,

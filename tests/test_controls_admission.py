@@ -83,6 +83,8 @@ def queued_gauge(tel: Telemetry) -> float:
     ({"capacity": 0}, "AdmissionQueue.capacity: must be an integer >= 1, got 0"),
     ({"capacity": 2.5}, "AdmissionQueue.capacity: must be an integer >= 1, got 2.5"),
     ({"concurrency": 0}, "AdmissionQueue.concurrency: must be an integer >= 1, got 0"),
+    ({"token_capacity": 0}, "AdmissionQueue.token_capacity: must be an integer >= 1, got 0"),
+    ({"token_capacity": 1.5}, "AdmissionQueue.token_capacity: must be an integer >= 1, got 1.5"),
     ({"queue_timeout_s": 0}, "AdmissionQueue.queue_timeout_s: must be a finite number > 0 seconds, got 0"),
     ({"queue_timeout_s": float("inf")}, "AdmissionQueue.queue_timeout_s: must be a finite number > 0"),
     ({"classes": ("a", "a")}, "AdmissionQueue.classes: class names must be distinct"),
@@ -615,3 +617,83 @@ async def test_more_slots_admit_waiting_requests_at_once_and_fewer_wait_for_runn
     assert late_task.done() and late_task.result().admitted
     with pytest.raises(ConfigurationError, match="concurrency"):
         q.set_concurrency(0)
+
+
+# ---- tokens --------------------------------------------------------------------------------------------------
+
+@run_async
+async def test_slots_are_granted_while_the_tokens_fit_first_come_first_served(
+        tel: Telemetry, clock: FakeClock) -> None:
+    q = queue(tel, clock, capacity=8, concurrency=10, token_capacity=1000)
+    a, b = start(tel, "a"), start(tel, "b")
+    assert (await q.acquire(a, tokens=600)).admitted
+    assert (await q.acquire(b, tokens=400)).admitted          # 1000 of 1000: fits exactly
+    assert (q.running, q.tokens_running) == (2, 1000)
+    heavy, light = start(tel, "heavy"), start(tel, "light")
+    heavy_task = asyncio.ensure_future(q.acquire(heavy, tokens=500))
+    await settle()
+    light_task = asyncio.ensure_future(q.acquire(light, tokens=1))
+    await settle()
+    assert q.depth == 2 and not heavy_task.done() and not light_task.done()  # the light one waits its turn
+    b.finish("stop")                          # 600 + 500 > 1000: the head still waits, and so does the light one
+    await settle()
+    assert q.depth == 2 and q.tokens_running == 600
+    a.finish("stop")
+    await settle()
+    assert heavy_task.done() and heavy_task.result().admitted
+    assert light_task.done() and light_task.result().admitted
+    assert (q.running, q.tokens_running, q.depth) == (2, 501, 0)
+    heavy.finish("stop")
+    light.finish("stop")
+    assert (q.running, q.tokens_running) == (0, 0)
+
+
+@run_async
+async def test_a_request_heavier_than_the_capacity_gets_a_slot_alone(tel: Telemetry, clock: FakeClock) -> None:
+    q = queue(tel, clock, capacity=4, concurrency=10, token_capacity=100)
+    small, huge = start(tel, "small"), start(tel, "huge")
+    assert (await q.acquire(small, tokens=10)).admitted
+    huge_task = asyncio.ensure_future(q.acquire(huge, tokens=5000))
+    await settle()
+    assert not huge_task.done()
+    small.finish("stop")
+    await settle()
+    assert huge_task.done() and huge_task.result().admitted and q.tokens_running == 5000
+    after = start(tel, "after")
+    after_task = asyncio.ensure_future(q.acquire(after, tokens=1))
+    await settle()
+    assert not after_task.done()              # nothing fits beside it
+    huge.finish("stop")
+    await settle()
+    assert after_task.done() and after_task.result().admitted
+
+
+@run_async
+async def test_a_larger_token_capacity_admits_waiting_requests_and_none_removes_the_bound(
+        tel: Telemetry, clock: FakeClock) -> None:
+    q = queue(tel, clock, capacity=4, concurrency=10, token_capacity=100)
+    first = start(tel, "first")
+    assert (await q.acquire(first, tokens=100)).admitted
+    waiting = [start(tel, f"w{i}") for i in range(3)]
+    tasks = [asyncio.ensure_future(q.acquire(t, tokens=100)) for t in waiting]
+    await settle()
+    assert q.depth == 3
+    q.set_token_capacity(200)
+    await settle()
+    assert [t.done() for t in tasks] == [True, False, False]
+    q.set_token_capacity(None)
+    await settle()
+    assert all(t.done() and t.result().admitted for t in tasks) and q.tokens_running == 400
+    with pytest.raises(ConfigurationError, match="token_capacity"):
+        q.set_token_capacity(0)
+    for t in [first, *waiting]:
+        t.finish("stop")
+    assert (q.running, q.tokens_running) == (0, 0)
+
+
+def test_without_a_token_capacity_tokens_change_nothing(tel: Telemetry, clock: FakeClock) -> None:
+    q = queue(tel, clock, capacity=4, concurrency=2)
+    trackers = [start(tel, f"r{i}") for i in range(3)]
+    decisions = [q.acquire_blocking(t, tokens=10**9, timeout_s=0) for t in trackers]
+    assert [d.admitted for d in decisions] == [True, True, False]
+    assert q.tokens_running == 2 * 10**9

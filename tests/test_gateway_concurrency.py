@@ -367,3 +367,116 @@ def test_to_dict_is_json_ready_and_shows_baselines_and_the_last_sample() -> None
     assert state["last_sample"] == {PREFILL: 0.0005, DECODE: 0.03}
     assert state["last_update_s"] == clock.now and state["updates"] == 1
     assert json.loads(json.dumps(WholeRttGradientLimit(clock=clock).to_dict()))["measuring_min_rtt"] is True
+
+
+# ---- tokens in flight ------------------------------------------------------------------------------------
+
+
+def test_tokens_in_flight_are_counted_and_bounded_once_a_good_window_carried_them() -> None:
+    clock = Clock()
+    limit = AdaptiveLimit(initial=8, window=4, clock=clock)
+    assert limit.token_limit is None
+    assert [limit.try_acquire(1000) for _ in range(3)] == [True, True, True]    # no token limit yet
+    assert limit.tokens_in_flight == 3000
+    for _ in range(3):
+        limit.release(1000)
+    assert limit.tokens_in_flight == 0 and limit.token_limit is None
+    for _ in range(4):                        # one good window with up to 3000 tokens in flight ...
+        limit.observe(ttft_s=0.02, prompt_tokens=100, gaps_s=[0.02] * 15)
+    assert limit.token_limit == 6000          # ... proves 3000: the limit is twice that
+    assert limit.has_room(6000) and limit.has_room(6001)      # alone, anything fits
+    assert limit.try_acquire(4000) and limit.try_acquire(2000)
+    assert not limit.has_room(1) and not limit.try_acquire(1)
+    assert limit.in_flight == 2 and limit.tokens_in_flight == 6000
+    limit.release(4000)
+    limit.release(2000)
+    assert limit.try_acquire(50_000)          # alone, the heaviest request always fits
+    assert not limit.try_acquire(1)
+    limit.release(50_000)
+    limit.release(7)                          # unmatched: counted, nothing goes below zero
+    assert limit.tokens_in_flight == 0 and limit.in_flight == 0 and limit.unmatched_releases == 1
+    assert json.loads(json.dumps(limit.to_dict()))["token_limit"] == 6000
+
+
+class _KvBackend:
+    """A backend bound by its KV cache: a step lasts ``base_gap_s`` times the larger of (tokens in flight /
+    ``kv_tokens``) and (streams / 32), at least 1 (beyond its KV cache an engine queues or preempts: every
+    stream waits longer). As many requests of ``weight`` tokens start before each step as the limit lets in;
+    the limit is given their weight when ``tokens`` (else it counts requests only)."""
+
+    def __init__(self, limit: AdaptiveLimit, clock: Clock, *, tokens: bool, kv_tokens: int = 16_000) -> None:
+        self.limit, self.clock, self.tokens, self.kv_tokens = limit, clock, tokens, kv_tokens
+        self.running: list[tuple[_Stream, int, int]] = []   # (stream, tokens given to the limit, its tokens)
+
+    def run(self, steps: int, weight: int) -> list[tuple[int, float]]:
+        """``steps`` steps of requests of ``weight`` tokens; after each the tokens in flight and the step."""
+        out: list[tuple[int, float]] = []
+        given = weight if self.tokens else 0
+        for _ in range(steps):
+            while self.limit.try_acquire(given):
+                self.running.append((_Stream(self.clock.now), given, weight))
+            in_flight = sum(w for _, _, w in self.running)
+            step = 0.02 * max(1.0, in_flight / self.kv_tokens, len(self.running) / 32)
+            self.clock.now += step
+            still: list[tuple[_Stream, int, int]] = []
+            for s, g, w in self.running:
+                if s.ttft_s is None:
+                    s.ttft_s = self.clock.now - s.start_s
+                else:
+                    s.gaps_s.append(step)
+                if 1 + len(s.gaps_s) >= 16:
+                    self.limit.release(g)
+                    self.limit.observe(ttft_s=s.ttft_s, prompt_tokens=100, gaps_s=s.gaps_s)
+                else:
+                    still.append((s, g, w))
+            self.running = still
+            out.append((in_flight, step))
+        return out
+
+
+@pytest.mark.parametrize("tokens", [True, False])
+def test_requests_ten_times_heavier_are_held_to_the_tokens_served_well_at_once(tokens: bool) -> None:
+    clock = Clock()
+    limit = AdaptiveLimit(initial=8, clock=clock)
+    backend = _KvBackend(limit, clock, tokens=tokens)
+    light = backend.run(3000, 200)
+    proven = max(t for t, _ in light[-500:])
+    cap = limit.token_limit
+    heavy = backend.run(300, 2000)            # the same requests, ten times the tokens each
+    most = max(t for t, _ in heavy)
+    mean_step = sum(s for _, s in heavy) / len(heavy)
+    if tokens:
+        assert cap is not None and cap <= 3 * proven
+        assert most <= cap                    # at once: within the token limit learned on the light requests
+        assert mean_step <= 0.02 * 1.5 + 1e-9  # the streams never slowed beyond the tolerance
+    else:                                     # counted in requests: the same count, ten times the tokens
+        assert most >= 5 * proven
+        assert mean_step > 0.02 * 1.5
+    again = backend.run(3000, 200)            # light again: the limit climbs back
+    assert max(t for t, _ in again[-500:]) >= 0.8 * proven
+
+
+def test_a_window_over_tolerance_cuts_a_token_limit_it_reached_and_no_other() -> None:
+    clock = Clock()
+    limit = AdaptiveLimit(initial=64, window=4, clock=clock)
+    for _ in range(4):
+        assert limit.try_acquire(1000)
+    for _ in range(4):
+        limit.release(1000)
+        limit.observe(ttft_s=0.02, prompt_tokens=100, gaps_s=[0.02] * 15)
+    assert limit.token_limit == 8000
+    for _ in range(2):                        # slow, with 2000 of 8000 tokens in flight: not the token limit's doing
+        assert limit.try_acquire(1000)
+    for _ in range(2):
+        limit.release(1000)
+    for _ in range(4):
+        limit.observe(ttft_s=0.02, prompt_tokens=100, gaps_s=[0.06] * 15)
+    assert limit.gradient is not None and limit.gradient > limit.tolerance
+    assert limit.token_limit == 8000
+    for _ in range(8):                        # slow with the token limit reached: cut toward 8000 * 1.5 / 3
+        assert limit.try_acquire(1000)
+    for _ in range(8):
+        limit.release(1000)
+    for _ in range(4):
+        limit.observe(ttft_s=0.02, prompt_tokens=100, gaps_s=[0.06] * 15)
+    assert limit.token_limit == int(8000 + limit.smoothing * (8000 * 1.5 / 3 - 8000))
