@@ -264,7 +264,11 @@ def _backend_line(b: dict[str, object]) -> str:
                                                  ("out of the pool" if not b.get("in_pool") else
                                                   ("breaker open" if b.get("breaker") == "open" else "unhealthy")))
     limit = b.get("limit")
-    cap = f"  slots {b.get('slots')}  limit {limit.get('limit')}" if isinstance(limit, dict) else ""
+    cap = ""
+    if isinstance(limit, dict):
+        tokens = limit.get("token_limit")
+        cap = (f"  slots {b.get('slots')}  limit {limit.get('limit')}  tokens {limit.get('tokens_in_flight')}/"
+               f"{'-' if tokens is None else tokens}")
     return (f"{b.get('id')}  {b.get('url')}  version {b.get('version')}  {state}  breaker {b.get('breaker')}{cap}  "
             f"outstanding {b.get('outstanding')}  served {b.get('served')}{_engine_part(b)}")
 

@@ -23,12 +23,15 @@ class PoolCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         backends = list(self.pool.backends.values())
-        values = {
+        values: dict[str, list[float | None]] = {
             "backend_routable": [float(b.routable()) for b in backends],
             "backend_draining": [float(b.drain is not None and b.drain.phase in ("settling", "waiting"))
                                  for b in backends],
             "backend_outstanding": [float(b.outstanding) for b in backends],
             "backend_limit": [float(b.limit.limit) for b in backends],
+            "backend_token_limit": [None if b.limit.token_limit is None else float(b.limit.token_limit)
+                                    for b in backends],
+            "backend_tokens": [float(b.limit.tokens_in_flight) for b in backends],
             "backend_requests": [float(b.served) for b in backends],
             "backend_pool_changes": [float(b.changes) for b in backends],
             "backend_engine_read_failures": [float(0 if b.engine is None else b.engine.read_failures)
@@ -43,5 +46,6 @@ class PoolCollector(Collector):
             else:
                 family = GaugeMetricFamily(m.name, m.help, labels=["backend"])
             for b, value in zip(backends, per_backend, strict=True):
-                family.add_metric([b.id], value)
+                if value is not None:   # None: the backend has no such figure yet (no series, never a made-up 0)
+                    family.add_metric([b.id], value)
             yield family

@@ -196,16 +196,17 @@ class Pool:
 
     # ---- choosing --------------------------------------------------------------------------------------------
 
-    def pick(self, model: str, exclude: frozenset[str] = frozenset()) -> Backend | None:
-        """A backend for a request for ``model`` (not one of ``exclude``), or None when none is routable. Those
-        below their concurrency limit come first; when every one is at its limit, the least loaded is taken.
+    def pick(self, model: str, exclude: frozenset[str] = frozenset(), tokens: int = 0) -> Backend | None:
+        """A backend for a request for ``model`` of ``tokens`` tokens (not one of ``exclude``), or None when none is
+        routable. Those with room for it under their concurrency limit (requests and tokens in flight) come first;
+        when none has, the least loaded is taken.
         Of the two drawn, :meth:`_lighter` keeps one."""
         routable: list[Backend] = []
         below: list[Backend] = []
         for b in self.backends.values():
             if b.id not in exclude and b.spec.serves(model) and b.routable():
                 routable.append(b)
-                if b.limit.in_flight < b.limit.limit:
+                if b.limit.has_room(tokens):
                     below.append(b)
         candidates = below or routable
         while candidates:
@@ -255,6 +256,14 @@ class Pool:
     def concurrency(self) -> int:
         """The requests the routable backends take at once: the sum of their limits (at least 1)."""
         return max(1, sum(b.limit.limit for b in self.backends.values() if b.routable()))
+
+    def token_capacity(self) -> int | None:
+        """The tokens the routable backends take at once: the sum of their token limits; None while any has none
+        (no bound: the requests' count alone limits them)."""
+        caps = [b.limit.token_limit for b in self.backends.values() if b.routable()]
+        if not caps or any(c is None for c in caps):
+            return None
+        return max(1, sum(c for c in caps if c is not None))
 
     def routable_slots(self) -> int:
         return sum(b.spec.slots for b in self.backends.values() if b.routable())

@@ -9,8 +9,10 @@ been read and exactly one terminal state. In order:
 2. **Admit**: the gateway's own drain (503 ``draining``), the budgets of the API key (``Authorization``; else the
    tenant class): one request and ``prompt + max_tokens`` tokens reserved (429 ``rate_limited``), then the
    admission queue (429 ``queue_full``, its ``Retry-After`` from the measured drain rate; shedding lowest class
-   first).
-3. **Route**: a backend by :meth:`Pool.pick`; none routable is 503 ``circuit_open``.
+   first), whose slots are the routable backends' limits: their sum in requests and, once every one has a token
+   limit, in tokens (each request weighs ``prompt + max_tokens``, the KV cache it may take).
+3. **Route**: a backend by :meth:`Pool.pick`, one with room for the request's requests and tokens first; none
+   routable is 503 ``circuit_open``.
 4. **Forward**: the body as sent (``stream_options.include_usage`` added to a stream that did not ask for it, and
    the usage-only event it brings withheld from that client); the engine's bytes are passed on as they arrive,
    from the backend connection's own callback (no task woken per read), each read one chunk to the client (in
@@ -210,6 +212,7 @@ class GatewayApp:
         self.shedder = LoadShedder(classes=classes, queue_levels=queue_shed_levels(classes, lowest), degrade=stages)
         self.queues: dict[str, AdmissionQueue] = {}
         self._concurrency = concurrency
+        self._token_capacity = None if config.concurrency else self.pool.token_capacity()
         self.stopping = False
         self._check_handle: asyncio.TimerHandle | None = None
         timeout_s = config.request_timeout_s
@@ -231,18 +234,25 @@ class GatewayApp:
             if q is None:
                 q = self.queues[model] = AdmissionQueue(
                     model, capacity=self.config.queue_capacity, concurrency=self._concurrency,
+                    token_capacity=self._token_capacity,
                     queue_timeout_s=self.config.queue_timeout_s, classes=self.config.tenant_classes,
                     shedder=self.shedder, telemetry=self.tel)
         return q
 
     def rebalance(self) -> None:
-        """Without a fixed ``concurrency``, the queues' slots follow the routable backends' limits."""
+        """Without a fixed ``concurrency``, the queues' slots follow the routable backends' limits, in requests
+        and in tokens."""
         if self.config.concurrency is None:
             total = self.pool.concurrency()
             if total != self._concurrency:
                 self._concurrency = total
                 for q in self.queues.values():
                     q.set_concurrency(total)
+            tokens = self.pool.token_capacity()
+            if tokens != self._token_capacity:
+                self._token_capacity = tokens
+                for q in self.queues.values():
+                    q.set_token_capacity(tokens)
 
     def _drain_closed(self, t: RequestTracker, reason: str) -> None:
         ex = self.exchanges.get(id(t))
@@ -365,7 +375,8 @@ class GatewayApp:
                                "token_budget")
         ex = _Exchange(t)
         res.on_close = lambda: self._client_left(ex)
-        decision = await self.queue_for(p.model).acquire(t, degrade=lambda action: self._degrade(p, action))
+        decision = await self.queue_for(p.model).acquire(t, degrade=lambda action: self._degrade(p, action),
+                                                         tokens=reserved)
         if not decision.admitted:
             if t.finish_reason == "client_cancel":
                 return
@@ -452,7 +463,7 @@ class GatewayApp:
         for attempt in range(attempts):
             if t.done or ex.ended_by is not None:
                 break
-            backend = self.pool.pick(p.model, frozenset(tried))
+            backend = self.pool.pick(p.model, frozenset(tried), p.prompt_tokens + p.max_tokens)
             if backend is None:
                 break
             tried.add(backend.id)
@@ -482,7 +493,8 @@ class GatewayApp:
         b.served += 1
         b.last_routed_unix_s = time.time()
         b.requests[id(t)] = t
-        limited = b.limit.try_acquire()
+        weight = p.prompt_tokens + p.max_tokens   # the KV cache it may take: its tokens in flight
+        limited = b.limit.try_acquire(weight)
         ex.sent_ns = ex.first_ns = 0
         ex.gaps = []
         try:
@@ -491,7 +503,7 @@ class GatewayApp:
             b.outstanding -= 1
             b.requests.pop(id(t), None)
             if limited:
-                b.limit.release()
+                b.limit.release(weight)
             if ex.first_ns:
                 b.limit.observe(ttft_s=(ex.first_ns - ex.sent_ns) / 1e9, prompt_tokens=t.prompt_tokens,
                                 gaps_s=ex.gaps)

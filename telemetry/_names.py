@@ -330,6 +330,14 @@ BACKEND_LIMIT = Metric(
     "backend_limit", "llmslo_backend_concurrency_limit_requests", "gauge", "requests",
     "The backend's adaptive concurrency limit: requests the gateway sends it at once before trying others.",
     ("backend",))
+BACKEND_TOKEN_LIMIT = Metric(
+    "backend_token_limit", "llmslo_backend_concurrency_limit_tokens", "gauge", "tokens",
+    "The backend's adaptive limit on tokens in flight (prompt + max_tokens of each request forwarded and not yet "
+    "ended); absent until a window within its latency tolerance carried tokens.", ("backend",))
+BACKEND_TOKENS = Metric(
+    "backend_tokens", "llmslo_backend_in_flight_tokens", "gauge", "tokens",
+    "Tokens in flight on the backend: prompt + max_tokens of each request it holds a place in its limit for.",
+    ("backend",))
 BACKEND_REQUESTS = Metric(
     "backend_requests", "llmslo_backend_requests_total", "counter", "requests",
     "Requests forwarded to the backend (a retried request counts once per backend tried).", ("backend",))
@@ -345,8 +353,8 @@ BACKEND_ENGINE_FALLBACKS = Metric(
     "Routing choices between two backends that weighed this one by outstanding requests alone, its engine's "
     "figures being missing or stale; 0 where the gateway does not read the engine.", ("backend",))
 GATEWAY_METRICS: tuple[Metric, ...] = (
-    BACKEND_ROUTABLE, BACKEND_DRAINING, BACKEND_OUTSTANDING, BACKEND_LIMIT, BACKEND_REQUESTS, BACKEND_POOL_CHANGES,
-    BACKEND_ENGINE_READ_FAILURES, BACKEND_ENGINE_FALLBACKS)
+    BACKEND_ROUTABLE, BACKEND_DRAINING, BACKEND_OUTSTANDING, BACKEND_LIMIT, BACKEND_TOKEN_LIMIT, BACKEND_TOKENS,
+    BACKEND_REQUESTS, BACKEND_POOL_CHANGES, BACKEND_ENGINE_READ_FAILURES, BACKEND_ENGINE_FALLBACKS)
 """The gateway's per-backend series (label ``backend``)."""
 
 METRICS: tuple[Metric, ...] = (

@@ -377,6 +377,37 @@ def test_without_a_fixed_concurrency_the_queue_and_the_routing_follow_the_backen
     run(go())
 
 
+def test_the_queue_and_the_routing_bound_tokens_in_flight_once_the_backends_learned_their_token_limits() -> None:
+    async def go() -> None:
+        a, b = ScriptedBackend(), ScriptedBackend()
+        async with running([a, b]) as (gw, _), client(gw.port) as c:
+            body = {"model": "m", "prompt": "x" * 400, "max_tokens": 100}     # 100 + 100 tokens in flight each
+            r = await c.post("/v1/completions", json=body)
+            assert r.status_code == 200
+            q = gw.app.queues["m"]
+            assert q.token_capacity is None     # no window within tolerance yet: requests are counted alone
+            for backend in gw.pool.backends.values():      # one good window each, 1000 tokens in flight at most
+                lim = backend.limit
+                assert lim.try_acquire(1000)
+                lim.release(1000)
+                for _ in range(lim.window):
+                    lim.observe(ttft_s=0.01, prompt_tokens=100, gaps_s=[0.01] * 4)
+                assert lim.token_limit == 2000
+            gw.app.rebalance()
+            assert q.token_capacity == 4000
+            full = gw.pool.backends["a"].limit
+            assert full.try_acquire(1950)       # a has 50 tokens of room: not enough for a request of 200
+            served = [(await c.post("/v1/completions", json=body)).headers["x-llmslo-backend"] for _ in range(8)]
+            assert served == ["b"] * 8
+            assert q.tokens_running == 0 and full.tokens_in_flight == 1950
+            assert gw.pool.backends["b"].limit.tokens_in_flight == 0    # each request's tokens released at its end
+            metrics = (await c.get("/metrics")).text
+        assert 'llmslo_backend_concurrency_limit_tokens{backend="a"} 2000.0' in metrics
+        assert 'llmslo_backend_in_flight_tokens{backend="a"} 1950.0' in metrics
+
+    run(go())
+
+
 def test_many_api_keys_keep_the_budget_state_bounded() -> None:
     async def go() -> None:
         a = ScriptedBackend()

@@ -454,14 +454,17 @@ def test_the_status_line_shows_the_engine_figures() -> None:
     assert "not read yet" in _backend_line({**base, "engine": "vllm", "engine_read_age_s": None})
 
 
-def test_the_status_line_shows_the_backends_slots_and_concurrency_limit() -> None:
+def test_the_status_line_shows_the_backends_slots_and_concurrency_limits() -> None:
     from llmslo.cli._gateway import _backend_line
 
     line = _backend_line({"id": "a", "url": "http://127.0.0.1:1", "version": "v", "routable": True,
-                          "breaker": "closed", "slots": 4, "limit": {"limit": 8, "in_flight": 1}, "outstanding": 1,
-                          "served": 3})
-    assert line == ("a  http://127.0.0.1:1  version v  routable  breaker closed  slots 4  limit 8  outstanding 1  "
-                    "served 3")
+                          "breaker": "closed", "slots": 4, "limit": {"limit": 8, "in_flight": 1, "token_limit": None,
+                                                                     "tokens_in_flight": 300},
+                          "outstanding": 1, "served": 3})
+    assert line == ("a  http://127.0.0.1:1  version v  routable  breaker closed  slots 4  limit 8  tokens 300/-  "
+                    "outstanding 1  served 3")
+    learned = _backend_line({"id": "a", "limit": {"limit": 8, "token_limit": 4096, "tokens_in_flight": 0}})
+    assert "  limit 8  tokens 0/4096  " in learned
 
 
 def test_the_cli_refuses_an_unknown_engine_and_engine_metrics_with_a_pool(tmp_path: Path) -> None:
