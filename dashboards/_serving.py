@@ -160,13 +160,20 @@ def _gateway(grid: Grid) -> None:
         "Requests forwarded per backend", f"{forwarded.help} Per second.",
         [Target(f"sum by (backend) (rate({series(forwarded)}[{RATE_INTERVAL}]))", "{{backend}}")],
         unit="reqps", stack=True), 12)
+    tokens, token_limit = M["backend_tokens"], M["backend_token_limit"]
+    grid.add(timeseries(
+        "Tokens in flight against the token limit",
+        f"In flight: {tokens.help} Limit (dashed): {token_limit.help}",
+        [Target(f"sum by (backend) ({series(tokens)})", "{{backend}} in flight"),
+         Target(f"sum by (backend) ({series(token_limit)})", "{{backend}} limit")],
+        unit="short", minimum=0, overrides=[override(".* limit", DASHED, ("custom.fillOpacity", 0))]), 12)
     failures, fallbacks = M["backend_engine_read_failures"], M["backend_engine_fallbacks"]
     grid.add(timeseries(
         "Engine metrics: failed reads and fallbacks",
         f"Failed reads: {failures.help} Fallbacks: {fallbacks.help} Per {RATE_INTERVAL}.",
         [Target(f"sum by (backend) (increase({series(failures)}[{RATE_INTERVAL}]))", "{{backend}} failed reads"),
          Target(f"sum by (backend) (increase({series(fallbacks)}[{RATE_INTERVAL}]))", "{{backend}} fallbacks")],
-        unit="short", bars=True), 24)
+        unit="short", bars=True), 12)
 
 
 def _streams(grid: Grid) -> None:

@@ -138,7 +138,7 @@ async def _pause_one_stream(tel: Telemetry) -> None:
 
 def _serving_state(tel: Telemetry) -> None:
     """The controls' and the sampler's series: queue capacity, a tripped breaker, a drain under way, a
-    paused stream, one GPU, a gateway's backend."""
+    paused stream, one GPU, a gateway's backend (with a token limit)."""
     AdmissionQueue("chat", capacity=16, concurrency=4, telemetry=tel)
     breaker = CircuitBreaker("engine", consecutive_failures=2, telemetry=tel)
     breaker.record_failure()
@@ -153,6 +153,12 @@ def _serving_state(tel: Telemetry) -> None:
     pool = Pool(GatewayConfig(backends=(BackendSpec("llama-a", "http://127.0.0.1:9"),)), tel)
     tel.registry.register(PoolCollector(pool))  # a gateway's backend, taken out of the pool once
     pool.set_in_pool(pool.backends["llama-a"], False, "drained")
+    limit = pool.backends["llama-a"].limit      # one window within tolerance that carried tokens: a token limit
+    assert limit.try_acquire(300)
+    limit.release(300)
+    for _ in range(limit.window):
+        limit.observe(ttft_s=0.05, prompt_tokens=100, gaps_s=[0.02] * 8)
+    assert limit.token_limit == 600
 
 
 @pytest.fixture(scope="module")
