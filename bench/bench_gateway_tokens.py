@@ -14,14 +14,15 @@ same). Three phases of ``--phase-s`` seconds each: short prompts (``--light-prom
 more of them than the decode step serves well, so compute is the bound), long prompts (``--heavy-prompt``
 tokens: the cache holds a few), short again. The same arrivals go through
 :class:`llmslo.gateway._concurrency.AdaptiveLimit` (a) given each request's weight, ``prompt + max_tokens``
-tokens, as the gateway gives it, and (b) given none, so it counts requests only; beside them, for information,
-(c) no limit. A refused request is not retried.
+tokens, as the gateway gives it, and (b) given none, so it counts requests only; each on its latency alone, and
+told the engine's queue as well (at each request's end, as a gateway that reads the engine's metrics tells it
+with ``--engine``); beside them, for information, no limit. A refused request is not retried.
 
-Per controller and phase: admitted and refused requests, goodput (requests arriving in the phase with TTFT <=
-``--slo-ttft-s`` and mean inter-token gap <= 100 ms, per second), TTFT p50/p99 of the admitted (a request still
-queued at the end counts as infinitely late), the most tokens the limit let in at once, and over the first
-``--early-s`` seconds of each phase the goodput alone (how fast each limit met the change); then the ratios, and
-the limits over time.
+Per controller and phase: the median limit in requests, admitted and refused requests, goodput (requests arriving
+in the phase with TTFT <= ``--slo-ttft-s`` and mean inter-token gap <= 100 ms, per second), TTFT p50/p99 of the
+admitted (a request still queued at the end counts as infinitely late), the most tokens the limit let in at once,
+and over the first ``--early-s`` seconds of each phase the goodput alone (how fast each limit met the change);
+then the ratios, and the limits over time.
 
 Run: ``.venv/bin/python -m llmslo.bench.bench_gateway_tokens`` (``--help`` for the knobs).
 """
@@ -41,7 +42,21 @@ from llmslo.gateway._concurrency import AdaptiveLimit
 
 PHASES = ("short prompts", "long prompts", "short again")
 SLO_GAP_S = 0.1
-CONTROLLERS = ("tokens in flight", "requests only", "no limit")
+@dataclass(frozen=True, slots=True)
+class Controller:
+    name: str
+    limited: bool = True
+    weigh: bool = False           # the limit is given each request's tokens
+    engine_queue: bool = False    # the limit is told the engine's queue
+
+
+CONTROLLERS = (
+    Controller("tokens in flight", weigh=True),
+    Controller("requests only"),
+    Controller("tokens + engine queue", weigh=True, engine_queue=True),
+    Controller("requests + engine queue", engine_queue=True),
+    Controller("no limit", limited=False),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,11 +127,10 @@ class Run:
     most_tokens: list[int]                                    # per phase: the most tokens in flight at once
 
 
-def simulate(backend: Backend, trace: list[Arrival], name: str, phase_s: float) -> Run:
-    """Run ``trace`` through one controller (one of :data:`CONTROLLERS`)."""
+def simulate(backend: Backend, trace: list[Arrival], ctl: Controller, phase_s: float) -> Run:
+    """Run ``trace`` through one controller."""
     now = [0.0]
-    limit = None if name == "no limit" else AdaptiveLimit(initial=8, max_limit=512, clock=lambda: now[0])
-    weigh = name == "tokens in flight"
+    limit = AdaptiveLimit(initial=8, max_limit=512, clock=lambda: now[0]) if ctl.limited else None
     outcomes: list[Outcome] = []
     waiting: deque[tuple[Request, Outcome]] = deque()
     batch: list[tuple[Request, Outcome]] = []
@@ -147,7 +161,7 @@ def simulate(backend: Backend, trace: list[Arrival], name: str, phase_s: float) 
                 samples.append((next_sample, None if limit is None else limit.limit,
                                 None if limit is None else limit.token_limit, in_flight_tokens))
                 next_sample += 1.0
-            given = a.weight if weigh else 0
+            given = a.weight if ctl.weigh else 0
             out = Outcome(a, limit is None or limit.try_acquire(given))
             outcomes.append(out)
             if out.admitted:
@@ -170,12 +184,13 @@ def simulate(backend: Backend, trace: list[Arrival], name: str, phase_s: float) 
                 in_flight_tokens -= req.arrival.weight
                 if limit is not None:
                     limit.release(req.given)
-                    limit.observe(ttft_s=out.ttft_s, prompt_tokens=req.arrival.prompt_tokens, gaps_s=req.gaps_s)
+                    limit.observe(ttft_s=out.ttft_s, prompt_tokens=req.arrival.prompt_tokens, gaps_s=req.gaps_s,
+                                  engine_waiting=len(waiting) if ctl.engine_queue else None)
             else:
                 still.append((req, out))
         batch = still
         t = end
-    return Run(name, outcomes, samples, most)
+    return Run(ctl.name, outcomes, samples, most)
 
 
 def _nearest_rank(values: list[float], q: float) -> float:
@@ -236,7 +251,7 @@ def main() -> None:
     prompts = (args.light_prompt, args.heavy_prompt, args.light_prompt)
     trace = arrivals(args.rate, phase_s, prompts, args.output_tokens, args.seed)
     t0 = time.perf_counter()
-    runs = [simulate(backend, trace, name, phase_s) for name in CONTROLLERS]
+    runs = [simulate(backend, trace, ctl, phase_s) for ctl in CONTROLLERS]
     wall = time.perf_counter() - t0
     summaries = [summarise(r, phase_s, args.early_s, args.slo_ttft_s) for r in runs]
     per_s = args.slots / args.base_gap_s / args.output_tokens   # requests/s while compute is the bound
@@ -257,18 +272,21 @@ def main() -> None:
                          s["early_goodput"], _s(s["ttft_p50"]), _s(s["ttft_p99"]), int(s["most_tokens"])])
     print(table(["controller", "phase", "limit (median, requests)", "admitted", "refused", "goodput (/s)",
                  f"goodput, first {args.early_s:g} s", "TTFT p50", "TTFT p99", "most tokens let in at once"], rows))
-    ours, count = summaries[0], summaries[1]
     print()
-    print(table(["phase", "goodput tokens / requests only", f"first {args.early_s:g} s",
-                 "TTFT p99 requests only / tokens"],
-                [[PHASES[p], _ratio(ours[p]["goodput"], count[p]["goodput"]),
-                  _ratio(ours[p]["early_goodput"], count[p]["early_goodput"]),
-                  _ratio(count[p]["ttft_p99"], ours[p]["ttft_p99"])] for p in range(len(PHASES))]))
+    ratio_rows: list[list[object]] = []
+    for mode, (ours, count) in (("latency alone", (summaries[0], summaries[1])),
+                                ("with the engine's queue", (summaries[2], summaries[3]))):
+        for p in range(len(PHASES)):
+            ratio_rows.append([mode, PHASES[p], _ratio(ours[p]["goodput"], count[p]["goodput"]),
+                               _ratio(ours[p]["early_goodput"], count[p]["early_goodput"]),
+                               _ratio(count[p]["ttft_p99"], ours[p]["ttft_p99"])])
+    print(table(["limits told", "phase", "goodput tokens / requests only", f"first {args.early_s:g} s",
+                 "TTFT p99 requests only / tokens"], ratio_rows))
     step = max(1, int(phase_s // 10))
     print(f"\nEvery {step} s (the long prompts from {phase_s:g} s to {2 * phase_s:g} s): limit in requests / token "
           "limit (- before it has one) / tokens in flight")
-    for run in runs[:2]:
-        print(f"  {run.name:<17} " + " ".join(
+    for run in runs[:4]:
+        print(f"  {run.name:<23} " + " ".join(
             f"{lim}/{'-' if tok is None else tok}/{held}" for t, lim, tok, held in run.samples if int(t) % step == 0))
 
 

@@ -28,6 +28,14 @@ admitted are held at once to about the tokens that were served well, where a lim
 the same count of heavier requests through and wait for the latency to rise before cutting it, one window at a
 time (``bench/bench_gateway_tokens.py`` runs both).
 
+**The engine's own queue.** Where the gateway reads the engine's metrics (``--engine``), each finished request
+also brings the requests waiting in the engine's queue at the last read. A window in which most of them found
+requests waiting raises neither limit (``engine_full_windows`` counts those). The latency signals miss that
+queue: its waits fall on a minority of the requests under the window's median, and a long prompt's TTFT per
+prompt token dilutes them (measured in ``bench/bench_gateway_tokens.py``: with long prompts on a backend bound
+by its KV cache, the limit held about 1.5 times the requests the cache holds). A queue seen now and then is the
+engine's next step, not a full engine: hence most of the window.
+
 Whole-request time of a token stream is mostly its output length: a long answer looks like a slow backend.
 :class:`WholeRttGradientLimit` models Envoy's gradient controller on whole-request time, for comparison
 (``bench/bench_gateway_concurrency.py`` runs both against the same simulated backend).
@@ -283,6 +291,9 @@ class AdaptiveLimit(_Slots):
         self._tokens = 0              # tokens in flight: the weights acquired and not yet released
         self._peak_tokens = 0         # the most tokens in flight during this window
         self._token_limit: float | None = None  # None: no window within tolerance carried tokens yet
+        self._engine_reads = 0        # this window's requests that came with the engine's queue ...
+        self._engine_waits = 0        # ... and of them, those that found requests waiting in it
+        self.engine_full_windows = 0  # windows within tolerance that did not grow for that reason
 
     @property
     def token_limit(self) -> int | None:
@@ -331,14 +342,22 @@ class AdaptiveLimit(_Slots):
 
     # ---- samples ---------------------------------------------------------------------------------------
 
-    def observe(self, *, ttft_s: float | None, prompt_tokens: int, gaps_s: Sequence[float]) -> None:
+    def observe(self, *, ttft_s: float | None, prompt_tokens: int, gaps_s: Sequence[float],
+                engine_waiting: float | None = None) -> None:
         """One finished request's figures: ``ttft_s`` (seconds from its write to the backend to its first content
         chunk; None when no first token came),
-        ``prompt_tokens`` (its prompt length), ``gaps_s`` (its inter-chunk gaps, seconds).
+        ``prompt_tokens`` (its prompt length), ``gaps_s`` (its inter-chunk gaps, seconds); ``engine_waiting``:
+        the requests waiting in the engine's own queue as last read from its metrics (None: not read). A window in
+        which most of the requests that came with it found requests waiting raises neither limit (the engine is
+        full, whatever the latency says; see the module docstring).
 
         Bad values (negative, NaN, inf, above :data:`MAX_S`, not a number) are dropped and counted in
         ``ignored_values``; this never raises. May update the limit (once every ``window`` requests that
         gave a sample)."""
+        if isinstance(engine_waiting, (int, float)) and not isinstance(engine_waiting, bool) \
+                and engine_waiting >= 0:
+            self._engine_reads += 1
+            self._engine_waits += engine_waiting > 0
         samples: dict[str, float] = {}
         lifetime_s = 0.0
         if ttft_s is not None:
@@ -401,6 +420,8 @@ class AdaptiveLimit(_Slots):
                 sig.last_ratio = ratios[sig.name] = sample / sig.baseline_s
             sig.samples.clear()
         peak, peak_tokens = self._peak_in_flight, self._peak_tokens
+        full = 2 * self._engine_waits > self._engine_reads    # the engine's queue held requests most of the window
+        self._engine_reads = self._engine_waits = 0
         self._window_requests = 0
         self._peak_in_flight = self._in_flight
         self._peak_tokens = self._tokens
@@ -409,10 +430,12 @@ class AdaptiveLimit(_Slots):
         self.updates += 1
         self.last_update_s = now
         gradient = self.gradient = max(ratios.values())
-        self._update_tokens(gradient, peak_tokens)
+        self._update_tokens(gradient, peak_tokens, raise_ok=not full)
         if gradient <= self.tolerance:
             self._end_overload()
-            if peak * 2 >= self.limit:
+            if full:
+                self.engine_full_windows += 1
+            elif peak * 2 >= self.limit:
                 near = gradient > (1.0 + self.tolerance) / 2.0
                 step = self._limit if self.slow_start else 1.0 if near else math.sqrt(self._limit)
                 self._limit = self._clamp(self._limit + step)
@@ -427,14 +450,15 @@ class AdaptiveLimit(_Slots):
         self._limit = self._clamp(self._limit + self.smoothing * (target - self._limit))
         self._note_cut()
 
-    def _update_tokens(self, gradient: float, peak_tokens: int) -> None:
+    def _update_tokens(self, gradient: float, peak_tokens: int, *, raise_ok: bool) -> None:
         """The token limit's move for a window with ``gradient`` and at most ``peak_tokens`` in flight: within
-        tolerance it rises to :data:`TOKEN_HEADROOM` times that peak (never falls); over it, when the peak reached
+        tolerance it rises to :data:`TOKEN_HEADROOM` times that peak (never falls; not at all unless ``raise_ok``:
+        the engine's queue was full); over it, when the peak reached
         :data:`TOKEN_BINDING` of the limit, it is cut as the request limit is (``smoothing`` of the way toward
         ``limit * tolerance / gradient``)."""
         cap = self._token_limit
         if gradient <= self.tolerance:
-            if peak_tokens > 0:
+            if peak_tokens > 0 and raise_ok:
                 self._token_limit = max(cap or 0.0, TOKEN_HEADROOM * peak_tokens)
         elif cap is not None and peak_tokens >= TOKEN_BINDING * cap:
             self._token_limit = max(1.0, cap + self.smoothing * (cap * self.tolerance / gradient - cap))
@@ -519,6 +543,7 @@ class AdaptiveLimit(_Slots):
             "last_ratio": {name: sig.last_ratio for name, sig in self._signals.items()},
             "updates": self.updates,
             "rebases": self.rebases,
+            "engine_full_windows": self.engine_full_windows,
             "ignored_values": self.ignored_values,
             "unmatched_releases": self.unmatched_releases,
             "last_update_s": self.last_update_s,

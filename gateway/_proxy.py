@@ -505,8 +505,9 @@ class GatewayApp:
             if limited:
                 b.limit.release(weight)
             if ex.first_ns:
+                figures = None if b.engine is None else b.engine.fresh()
                 b.limit.observe(ttft_s=(ex.first_ns - ex.sent_ns) / 1e9, prompt_tokens=t.prompt_tokens,
-                                gaps_s=ex.gaps)
+                                gaps_s=ex.gaps, engine_waiting=None if figures is None else figures.waiting)
                 self.rebalance()
 
     async def _open(self, b: Backend, req: Request, rid: str, p: _Parsed,

@@ -480,3 +480,39 @@ def test_a_window_over_tolerance_cuts_a_token_limit_it_reached_and_no_other() ->
     for _ in range(4):
         limit.observe(ttft_s=0.02, prompt_tokens=100, gaps_s=[0.06] * 15)
     assert limit.token_limit == int(8000 + limit.smoothing * (8000 * 1.5 / 3 - 8000))
+
+
+# ---- the engine's own queue ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("waits", "grows"), [(0, True), (10, True), (11, False), (20, False)])
+def test_a_window_mostly_finding_the_engines_queue_full_raises_neither_limit(waits: int, grows: bool) -> None:
+    clock = Clock()
+    limit = AdaptiveLimit(initial=4, window=20, clock=clock)
+    for _ in range(4):
+        assert limit.try_acquire(500)
+    for i in range(20):             # within tolerance, with 4 of 4 in flight: a window that grows, but for the queue
+        if i < 4:
+            limit.release(500)
+        limit.observe(ttft_s=0.02, prompt_tokens=100, gaps_s=[0.02] * 15, engine_waiting=3 if i < waits else 0)
+    assert limit.updates == 1
+    if grows:
+        assert (limit.limit, limit.token_limit, limit.engine_full_windows) == (8, 4000, 0)
+    else:
+        assert (limit.limit, limit.token_limit, limit.engine_full_windows) == (4, None, 1)
+    assert limit.to_dict()["engine_full_windows"] == limit.engine_full_windows
+
+
+def test_requests_without_the_engines_queue_do_not_count_for_or_against_it() -> None:
+    clock = Clock()
+    limit = AdaptiveLimit(initial=4, window=20, clock=clock)
+    for _ in range(4):
+        assert limit.try_acquire()
+    for i in range(20):             # 3 of the 5 that came with the engine's figures found a queue: the engine is full
+        if i < 4:
+            limit.release()
+        waiting: float | None = None if i >= 5 else (2.0 if i < 3 else 0.0)
+        limit.observe(ttft_s=0.02, prompt_tokens=100, gaps_s=[0.02] * 15, engine_waiting=waiting)
+    assert (limit.limit, limit.engine_full_windows) == (4, 1)
+    for bad in (-1.0, math.nan, True, "3"):   # not a queue: ignored, never raises
+        limit.observe(ttft_s=0.02, prompt_tokens=100, gaps_s=[0.02] * 15, engine_waiting=bad)  # type: ignore[arg-type]

@@ -529,3 +529,31 @@ def test_a_gateway_reads_the_slots_a_real_llama_server_is_processing(tmp_path: P
                 await gw.close()
 
         asyncio.run(go())
+
+
+@pytest.mark.parametrize(("waiting", "limit", "full_windows"), [(0, 4, 0), (30, 2, 2)])
+def test_a_backend_whose_engine_queues_requests_keeps_its_limit(waiting: int, limit: int, full_windows: int) -> None:
+    async def go() -> dict[str, object]:
+        backend = MeteredBackend(waiting=waiting)
+        await backend.start()
+        specs = (BackendSpec("a", backend.url, engine="llamacpp"),)
+        gw = Gateway(GatewayConfig(backends=specs, port=0, admin_port=0, health_interval_s=60.0,
+                                   engine_interval_s=0.05, drain_settle_s=0.0), Telemetry(version="gateway"))
+        await gw.start()
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{gw.admin_port}") as admin, \
+                    httpx.AsyncClient(base_url=f"http://127.0.0.1:{gw.port}") as client:
+                await _until(admin, "a", "engine_fresh", True)
+                body = {"model": "m", "prompt": "script:tokens=2", "max_tokens": 2}
+                for _ in range(40):     # two windows, one request at a time: the first doubles the limit, but for
+                    assert (await client.post("/v1/completions", json=body)).status_code == 200   # the queue
+                state: dict[str, object] = (await admin.get("/admin/backends/a")).json()
+                return state
+        finally:
+            await gw.close()
+            await backend.close()
+
+    state = asyncio.run(go())
+    shown = state["limit"]
+    assert isinstance(shown, dict)
+    assert (shown["updates"], shown["limit"], shown["engine_full_windows"]) == (2, limit, full_windows)
