@@ -33,6 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 from llmslo.bench._util import median, table
 from llmslo.gateway._concurrency import AdaptiveLimit, WholeRttGradientLimit
@@ -228,22 +229,44 @@ def simulate(backend: Backend, trace: list[Arrival], make: Callable[[Callable[[]
                 queue.append((Request(a), out))
             i += 1
         now[0] = end
-        still: list[tuple[Request, Outcome]] = []
-        for req, out in batch:
-            if req.first_token_s <= t and step > 0:
-                req.gaps_s.append(end - req.last_token_s)
-                req.last_token_s = end
-                req.tokens += 1
-            if req.tokens >= req.arrival.output_tokens and req.last_token_s <= end:
-                out.ttft_s = req.first_token_s - req.arrival.at_s
-                out.mean_gap_s = math.fsum(req.gaps_s) / len(req.gaps_s) if req.gaps_s else 0.0
-                ctl.release()
-                ctl.finished(req, end)
-            else:
-                still.append((req, out))
-        batch = still
+        batch, done = decode_step(batch, t, step)
+        for req, _ in done:
+            ctl.release()
+            ctl.finished(req, end)
         t = end
     return ctl, outcomes, limits
+
+
+class Finished(Protocol):
+    """What :func:`decode_step` fills in for a finished request: its TTFT and mean gap (seconds)."""
+
+    ttft_s: float
+    mean_gap_s: float
+
+
+OutcomeT = TypeVar("OutcomeT", bound=Finished)
+
+
+def decode_step(batch: list[tuple[Request, OutcomeT]], t: float, step: float,
+                ) -> tuple[list[tuple[Request, OutcomeT]], list[tuple[Request, OutcomeT]]]:
+    """One decode step of ``step`` seconds from ``t``: a token for every stream whose first token came by ``t``
+    (its gap recorded); those with all their tokens are finished, their TTFT and mean gap set. Returns the batch
+    still running and the finished, in batch order."""
+    end = t + step
+    still: list[tuple[Request, OutcomeT]] = []
+    done: list[tuple[Request, OutcomeT]] = []
+    for req, out in batch:
+        if req.first_token_s <= t and step > 0:
+            req.gaps_s.append(end - req.last_token_s)
+            req.last_token_s = end
+            req.tokens += 1
+        if req.tokens >= req.arrival.output_tokens and req.last_token_s <= end:
+            out.ttft_s = req.first_token_s - req.arrival.at_s
+            out.mean_gap_s = math.fsum(req.gaps_s) / len(req.gaps_s) if req.gaps_s else 0.0
+            done.append((req, out))
+        else:
+            still.append((req, out))
+    return still, done
 
 
 def phase_of(t: float, phase_s: float) -> int:

@@ -35,9 +35,10 @@ import random
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from llmslo.bench._util import median, table
+from llmslo.bench.bench_gateway_concurrency import Arrival, Request, _ratio, decode_step
 from llmslo.gateway._concurrency import AdaptiveLimit
 
 PHASES = ("short prompts", "long prompts", "short again")
@@ -73,32 +74,16 @@ class Backend:
         return self.base_gap_s * max(1.0, running / self.slots)
 
 
-@dataclass(frozen=True, slots=True)
-class Arrival:
-    at_s: float
-    prompt_tokens: int
-    output_tokens: int
-
-    @property
-    def weight(self) -> int:
-        """Its tokens in flight as the gateway counts them: prompt + max_tokens (here the output's length)."""
-        return self.prompt_tokens + self.output_tokens
-
-
-@dataclass(slots=True)
-class Request:
-    arrival: Arrival
-    given: int                    # the tokens the limit was given for it (0: it counts requests only)
-    first_token_s: float = math.inf
-    last_token_s: float = 0.0
-    tokens: int = 0
-    gaps_s: list[float] = field(default_factory=list)
+def weight(a: Arrival) -> int:
+    """A request's tokens in flight as the gateway counts them: prompt + max_tokens (here the output's length)."""
+    return a.prompt_tokens + a.output_tokens
 
 
 @dataclass(slots=True)
 class Outcome:
     arrival: Arrival
     admitted: bool
+    given: int = 0                # the tokens the limit was given for it (0: it counts requests only)
     ttft_s: float = math.inf
     mean_gap_s: float = math.inf
 
@@ -142,9 +127,9 @@ def simulate(backend: Backend, trace: list[Arrival], ctl: Controller, phase_s: f
     i = 0
     t = 0.0
     for _ in range(50_000_000):  # a bound on the loop, far above any run here
-        while waiting and kv_used + waiting[0][0].arrival.weight <= backend.kv_tokens:  # join, first come first
+        while waiting and kv_used + weight(waiting[0][0].arrival) <= backend.kv_tokens:  # join, first come first
             req, out = waiting.popleft()
-            kv_used += req.arrival.weight
+            kv_used += weight(req.arrival)
             req.first_token_s = req.last_token_s = t + backend.prefill_s * req.arrival.prompt_tokens
             req.tokens = 1
             batch.append((req, out))
@@ -161,34 +146,24 @@ def simulate(backend: Backend, trace: list[Arrival], ctl: Controller, phase_s: f
                 samples.append((next_sample, None if limit is None else limit.limit,
                                 None if limit is None else limit.token_limit, in_flight_tokens))
                 next_sample += 1.0
-            given = a.weight if ctl.weigh else 0
-            out = Outcome(a, limit is None or limit.try_acquire(given))
+            given = weight(a) if ctl.weigh else 0
+            out = Outcome(a, limit is None or limit.try_acquire(given), given)
             outcomes.append(out)
             if out.admitted:
-                waiting.append((Request(a, given), out))
-                in_flight_tokens += a.weight
+                waiting.append((Request(a), out))
+                in_flight_tokens += weight(a)
                 p = min(len(PHASES) - 1, int(a.at_s // phase_s))
                 most[p] = max(most[p], in_flight_tokens)
             i += 1
         now[0] = end
-        still: list[tuple[Request, Outcome]] = []
-        for req, out in batch:
-            if req.first_token_s <= t and step > 0:
-                req.gaps_s.append(end - req.last_token_s)
-                req.last_token_s = end
-                req.tokens += 1
-            if req.tokens >= req.arrival.output_tokens and req.last_token_s <= end:
-                out.ttft_s = req.first_token_s - req.arrival.at_s
-                out.mean_gap_s = math.fsum(req.gaps_s) / len(req.gaps_s) if req.gaps_s else 0.0
-                kv_used -= req.arrival.weight
-                in_flight_tokens -= req.arrival.weight
-                if limit is not None:
-                    limit.release(req.given)
-                    limit.observe(ttft_s=out.ttft_s, prompt_tokens=req.arrival.prompt_tokens, gaps_s=req.gaps_s,
-                                  engine_waiting=len(waiting) if ctl.engine_queue else None)
-            else:
-                still.append((req, out))
-        batch = still
+        batch, done = decode_step(batch, t, step)
+        for req, out in done:
+            kv_used -= weight(req.arrival)
+            in_flight_tokens -= weight(req.arrival)
+            if limit is not None:
+                limit.release(out.given)
+                limit.observe(ttft_s=out.ttft_s, prompt_tokens=req.arrival.prompt_tokens, gaps_s=req.gaps_s,
+                              engine_waiting=len(waiting) if ctl.engine_queue else None)
         t = end
     return Run(ctl.name, outcomes, samples, most)
 
@@ -222,12 +197,6 @@ def summarise(run: Run, phase_s: float, early_s: float, slo_ttft_s: float) -> li
 
 def _s(x: float) -> str:
     return "-" if x != x else ("never" if math.isinf(x) else f"{x:.3g} s")
-
-
-def _ratio(a: float, b: float) -> str:
-    if b == 0:
-        return "inf" if a > 0 else "-"
-    return f"{a / b:.2f}x"
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ import http.server
 import json
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -397,43 +397,52 @@ async def _until(admin: httpx.AsyncClient, bid: str, key: str, want: object) -> 
     raise AssertionError(f"backend {bid}: {key} never became {want!r}; last state {state}")
 
 
+@contextlib.asynccontextmanager
+async def metered_gateway(backends: dict[str, MeteredBackend]) -> AsyncIterator[tuple[httpx.AsyncClient,
+                                                                                     httpx.AsyncClient]]:
+    """A gateway reading the llama.cpp metrics of ``backends`` (id -> backend, started here) every 50 ms: its
+    admin and front clients; everything is stopped on the way out."""
+    for b in backends.values():
+        await b.start()
+    specs = tuple(BackendSpec(bid, b.url, engine="llamacpp") for bid, b in backends.items())
+    gw = Gateway(GatewayConfig(backends=specs, port=0, admin_port=0, health_interval_s=60.0,
+                               engine_interval_s=0.05, drain_settle_s=0.0), Telemetry(version="gateway"))
+    try:
+        await gw.start()
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{gw.admin_port}") as admin, \
+                httpx.AsyncClient(base_url=f"http://127.0.0.1:{gw.port}") as client:
+            yield admin, client
+    finally:
+        await gw.close()
+        for b in backends.values():
+            await b.close()
+
+
 def test_a_gateway_reads_the_engines_shows_the_figures_routes_on_them_and_falls_back_when_a_read_fails() -> None:
     async def go() -> None:
         idle, busy = MeteredBackend(waiting=0), MeteredBackend(waiting=30)
-        for b in (idle, busy):
-            await b.start()
-        specs = (BackendSpec("idle", idle.url, engine="llamacpp"), BackendSpec("busy", busy.url, engine="llamacpp"))
-        gw = Gateway(GatewayConfig(backends=specs, port=0, admin_port=0, health_interval_s=60.0,
-                                   engine_interval_s=0.05, drain_settle_s=0.0), Telemetry(version="gateway"))
-        await gw.start()
-        try:
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{gw.admin_port}") as admin, \
-                    httpx.AsyncClient(base_url=f"http://127.0.0.1:{gw.port}") as client:
-                shown = await _until(admin, "busy", "engine_fresh", True)
-                await _until(admin, "idle", "engine_fresh", True)
-                assert (shown["engine"], shown["engine_waiting"], shown["engine_running"]) == ("llamacpp", 30, 1)
-                assert shown["engine_kv_usage"] is None and isinstance(shown["engine_read_age_s"], float)
-                body = {"model": "m", "prompt": "script:tokens=1", "max_tokens": 1}
-                for _ in range(10):
-                    assert (await client.post("/v1/completions", json=body)).status_code == 200
-                assert (len(idle.seen), len(busy.seen)) == (10, 0)
+        async with metered_gateway({"idle": idle, "busy": busy}) as (admin, client):
+            shown = await _until(admin, "busy", "engine_fresh", True)
+            await _until(admin, "idle", "engine_fresh", True)
+            assert (shown["engine"], shown["engine_waiting"], shown["engine_running"]) == ("llamacpp", 30, 1)
+            assert shown["engine_kv_usage"] is None and isinstance(shown["engine_read_age_s"], float)
+            body = {"model": "m", "prompt": "script:tokens=1", "max_tokens": 1}
+            for _ in range(10):
+                assert (await client.post("/v1/completions", json=body)).status_code == 200
+            assert (len(idle.seen), len(busy.seen)) == (10, 0)
 
-                busy.metrics_status = 500
-                stale = await _until(admin, "busy", "engine_fresh", False)
-                assert stale["engine_read_failures"] >= 1 and "answered 500" in str(stale["engine_last_error"])
-                for _ in range(30):
-                    assert (await client.post("/v1/completions", json=body)).status_code == 200
-                assert len(busy.seen) > 0  # outstanding requests decide again: the idle queue no longer counts
-                after = (await admin.get("/admin/backends/busy")).json()
-                assert after["engine_fallbacks"] > 0 and after["engine_waiting"] == 30  # kept, shown with its age
-                plain = (await admin.post("/admin/backends", json={"id": "p", "url": idle.url})).json()
-                assert plain["engine"] is None and plain["engine_fresh"] is False
-                bad = await admin.post("/admin/backends", json={"id": "q", "url": idle.url, "engine": "vlm"})
-                assert bad.status_code == 400 and "engine 'vlm' is not known" in bad.text
-        finally:
-            await gw.close()
-            for b in (idle, busy):
-                await b.close()
+            busy.metrics_status = 500
+            stale = await _until(admin, "busy", "engine_fresh", False)
+            assert stale["engine_read_failures"] >= 1 and "answered 500" in str(stale["engine_last_error"])
+            for _ in range(30):
+                assert (await client.post("/v1/completions", json=body)).status_code == 200
+            assert len(busy.seen) > 0  # outstanding requests decide again: the idle queue no longer counts
+            after = (await admin.get("/admin/backends/busy")).json()
+            assert after["engine_fallbacks"] > 0 and after["engine_waiting"] == 30  # kept, shown with its age
+            plain = (await admin.post("/admin/backends", json={"id": "p", "url": idle.url})).json()
+            assert plain["engine"] is None and plain["engine_fresh"] is False
+            bad = await admin.post("/admin/backends", json={"id": "q", "url": idle.url, "engine": "vlm"})
+            assert bad.status_code == 400 and "engine 'vlm' is not known" in bad.text
 
     asyncio.run(go())
 
@@ -534,24 +543,13 @@ def test_a_gateway_reads_the_slots_a_real_llama_server_is_processing(tmp_path: P
 @pytest.mark.parametrize(("waiting", "limit", "full_windows"), [(0, 4, 0), (30, 2, 2)])
 def test_a_backend_whose_engine_queues_requests_keeps_its_limit(waiting: int, limit: int, full_windows: int) -> None:
     async def go() -> dict[str, object]:
-        backend = MeteredBackend(waiting=waiting)
-        await backend.start()
-        specs = (BackendSpec("a", backend.url, engine="llamacpp"),)
-        gw = Gateway(GatewayConfig(backends=specs, port=0, admin_port=0, health_interval_s=60.0,
-                                   engine_interval_s=0.05, drain_settle_s=0.0), Telemetry(version="gateway"))
-        await gw.start()
-        try:
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{gw.admin_port}") as admin, \
-                    httpx.AsyncClient(base_url=f"http://127.0.0.1:{gw.port}") as client:
-                await _until(admin, "a", "engine_fresh", True)
-                body = {"model": "m", "prompt": "script:tokens=2", "max_tokens": 2}
-                for _ in range(40):     # two windows, one request at a time: the first doubles the limit, but for
-                    assert (await client.post("/v1/completions", json=body)).status_code == 200   # the queue
-                state: dict[str, object] = (await admin.get("/admin/backends/a")).json()
-                return state
-        finally:
-            await gw.close()
-            await backend.close()
+        async with metered_gateway({"a": MeteredBackend(waiting=waiting)}) as (admin, client):
+            await _until(admin, "a", "engine_fresh", True)
+            body = {"model": "m", "prompt": "script:tokens=2", "max_tokens": 2}
+            for _ in range(40):     # two windows, one request at a time: the first doubles the limit, but for
+                assert (await client.post("/v1/completions", json=body)).status_code == 200   # the queue
+            state: dict[str, object] = (await admin.get("/admin/backends/a")).json()
+            return state
 
     state = asyncio.run(go())
     shown = state["limit"]
