@@ -17,13 +17,13 @@ sending, :meth:`AdaptiveLimit.release` when the request ends) and reports each f
   5 requests and queued the rest 2 s, where the engine alone answered in 23 ms. The median is the plain
   decode step; it rises when the backend is slower per token.
 
-**Tokens in flight.** Each request may also carry its weight in tokens (the gateway gives ``prompt_tokens +
-max_tokens``: the most KV cache it can take), and the limit bounds the tokens in flight as well as the
-requests. The token limit has no value until a window within tolerance had tokens in flight; from then on it is
+**Tokens in flight.** Each request may also carry its weight in tokens (the gateway gives its prompt tokens and
+the tokens it is expected to generate: :class:`OutputEstimate`), and the limit bounds the tokens in flight as well
+as the requests. The token limit has no value until a window within tolerance had tokens in flight; from then on it is
 at least :data:`TOKEN_HEADROOM` times the most tokens in flight of any window within tolerance (the load the
 backend is known to serve, with the same headroom as a slow start's doubling), and a window over tolerance in
 which the tokens in flight reached :data:`TOKEN_BINDING` of it cuts it as the request limit is cut. So when the
-requests turn heavier (longer prompts, larger ``max_tokens``) on a backend bound by its KV cache, the requests
+requests turn heavier (longer prompts, longer answers) on a backend bound by its KV cache, the requests
 admitted are held at once to about the tokens that were served well, where a limit in requests alone would let
 the same count of heavier requests through and wait for the latency to rise before cutting it, one window at a
 time (``bench/bench_gateway_tokens.py`` runs both).
@@ -48,6 +48,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 
 from llmslo.telemetry import ConfigurationError
@@ -79,6 +80,9 @@ TOKEN_HEADROOM = 2.0
 
 TOKEN_BINDING = 0.9
 """A window over tolerance cuts the token limit when its most tokens in flight reached this fraction of it."""
+
+ESTIMATE_EVERY = 32
+"""An :class:`OutputEstimate` recomputes its quantile once every this many replies."""
 
 
 def _cost(value: object) -> float | None:
@@ -548,6 +552,40 @@ class AdaptiveLimit(_Slots):
             "unmatched_releases": self.unmatched_releases,
             "last_update_s": self.last_update_s,
         }
+
+
+class OutputEstimate:
+    """The tokens a request will generate, for its weight in tokens in flight (thread-unsafe: one event loop).
+
+    A request's ``max_tokens`` is only a bound: many clients send 4,096 and get 200, and an engine takes KV cache
+    for the tokens it generates, not for the ones allowed. So once ``min_samples`` complete replies were seen, a
+    request is expected to generate ``min(max_tokens, q)``, where ``q`` is the ``quantile`` (nearest rank) of the
+    completion tokens of the last ``window`` complete replies (recomputed every :data:`ESTIMATE_EVERY` replies);
+    before that, ``max_tokens``. Counts that are not whole numbers >= 0 are ignored.
+    """
+
+    def __init__(self, *, window: int = 512, quantile: float = 0.9, min_samples: int = 20) -> None:
+        self.window = _int_field("OutputEstimate", "window", window, 1)
+        self.quantile = _number_field("OutputEstimate", "quantile", quantile, 0.0, 1.0, "a fraction in (0, 1]")
+        self.min_samples = _int_field("OutputEstimate", "min_samples", min_samples, 1)
+        self._recent: deque[int] = deque(maxlen=self.window)
+        self._since = 0
+        self.estimate: int | None = None
+        """The quantile of the recent replies' completion tokens; None before ``min_samples`` replies."""
+
+    def observe(self, completion_tokens: int) -> None:
+        """One complete reply's completion tokens."""
+        if isinstance(completion_tokens, bool) or not isinstance(completion_tokens, int) or completion_tokens < 0:
+            return
+        self._recent.append(completion_tokens)
+        self._since += 1
+        if len(self._recent) >= self.min_samples and (self.estimate is None or self._since >= ESTIMATE_EVERY):
+            self._since = 0
+            self.estimate = int(_nearest_rank(sorted(self._recent), self.quantile))
+
+    def expected(self, max_tokens: int) -> int:
+        """The tokens a request allowed ``max_tokens`` is expected to generate."""
+        return max_tokens if self.estimate is None else min(max_tokens, self.estimate)
 
 
 class WholeRttGradientLimit(_Slots):

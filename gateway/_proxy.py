@@ -10,7 +10,8 @@ been read and exactly one terminal state. In order:
    tenant class): one request and ``prompt + max_tokens`` tokens reserved (429 ``rate_limited``), then the
    admission queue (429 ``queue_full``, its ``Retry-After`` from the measured drain rate; shedding lowest class
    first), whose slots are the routable backends' limits: their sum in requests and, once every one has a token
-   limit, in tokens (each request weighs ``prompt + max_tokens``, the KV cache it may take).
+   limit, in tokens (each request weighs its prompt tokens and the tokens it is expected to generate:
+   ``max_tokens``, or less once the model's recent replies say so, :class:`OutputEstimate`).
 3. **Route**: a backend by :meth:`Pool.pick`, one with room for the request's requests and tokens first; none
    routable is 503 ``circuit_open``.
 4. **Forward**: the body as sent (``stream_options.include_usage`` added to a stream that did not ask for it, and
@@ -40,7 +41,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import TypeVar, cast
 
 from llmslo.controls import (
     AdmissionQueue,
@@ -52,6 +53,7 @@ from llmslo.controls import (
     drain_terminal_event,
     queue_shed_levels,
 )
+from llmslo.gateway._concurrency import OutputEstimate
 from llmslo.gateway._config import GatewayConfig
 from llmslo.gateway._http import (
     HOP_BY_HOP,
@@ -114,6 +116,26 @@ def _estimate_prompt_tokens(body: dict[str, object]) -> int:
     return max(1, math.ceil(len(prompt) / 4)) if isinstance(prompt, str) else 1
 
 
+MAX_MODELS = 64
+"""The models with a queue and an output estimate of their own; requests for any other share those of ``other``."""
+
+
+_T = TypeVar("_T")
+
+
+def _per_model(table: dict[str, _T], model: str, make: Callable[[str], _T]) -> _T:
+    """``table[model]``, made by ``make(model)`` when missing; once ``table`` holds :data:`MAX_MODELS`, a model not
+    in it gets ``table["other"]`` (made once): the state per model stays bounded whatever names clients send."""
+    found = table.get(model)
+    if found is None:
+        if len(table) >= MAX_MODELS:
+            model = "other"
+            found = table.get(model)
+        if found is None:
+            found = table[model] = make(model)
+    return found
+
+
 class BadRequest(Exception):
     def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
         super().__init__(message)
@@ -132,6 +154,8 @@ class _Parsed:
     injected_usage: bool
     obj: dict[str, object]
     """The body as parsed (re-serialised only when the gateway changes it)."""
+    weight: int = 0
+    """Its tokens in flight: prompt tokens and the tokens it is expected to generate (set at admission)."""
 
     def cap_max_tokens(self, cap: int) -> bool:
         """Lower ``max_tokens`` to ``cap`` (degradation under load); whether it changed anything."""
@@ -211,6 +235,8 @@ class GatewayApp:
         lowest = SHED_LOWEST if len(classes) > 1 else 1.0  # one class alone is shed only when the queue is full
         self.shedder = LoadShedder(classes=classes, queue_levels=queue_shed_levels(classes, lowest), degrade=stages)
         self.queues: dict[str, AdmissionQueue] = {}
+        self.outputs: dict[str, OutputEstimate] = {}
+        """Per model, the completion tokens of its recent complete replies."""
         self._concurrency = concurrency
         self._token_capacity = None if config.concurrency else self.pool.token_capacity()
         self.stopping = False
@@ -226,18 +252,16 @@ class GatewayApp:
         return not self.stopping and self.drain.ready and any(b.routable() for b in self.pool.backends.values())
 
     def queue_for(self, model: str) -> AdmissionQueue:
-        q = self.queues.get(model)
-        if q is None:
-            if len(self.queues) >= 64:
-                model = "other"
-                q = self.queues.get(model)
-            if q is None:
-                q = self.queues[model] = AdmissionQueue(
-                    model, capacity=self.config.queue_capacity, concurrency=self._concurrency,
-                    token_capacity=self._token_capacity,
-                    queue_timeout_s=self.config.queue_timeout_s, classes=self.config.tenant_classes,
-                    shedder=self.shedder, telemetry=self.tel)
-        return q
+        """The admission queue of ``model`` (at most :data:`MAX_MODELS`, then one for all others)."""
+        return _per_model(self.queues, model, lambda name: AdmissionQueue(
+            name, capacity=self.config.queue_capacity, concurrency=self._concurrency,
+            token_capacity=self._token_capacity, queue_timeout_s=self.config.queue_timeout_s,
+            classes=self.config.tenant_classes, shedder=self.shedder, telemetry=self.tel))
+
+    def output_estimate(self, model: str) -> OutputEstimate:
+        """The completion tokens expected of a request for ``model`` (at most :data:`MAX_MODELS`, then one for all
+        others)."""
+        return _per_model(self.outputs, model, lambda _: OutputEstimate())
 
     def rebalance(self) -> None:
         """Without a fixed ``concurrency``, the queues' slots follow the routable backends' limits, in requests
@@ -375,8 +399,9 @@ class GatewayApp:
                                "token_budget")
         ex = _Exchange(t)
         res.on_close = lambda: self._client_left(ex)
+        p.weight = p.prompt_tokens + self.output_estimate(p.model).expected(p.max_tokens)
         decision = await self.queue_for(p.model).acquire(t, degrade=lambda action: self._degrade(p, action),
-                                                         tokens=reserved)
+                                                         tokens=p.weight)
         if not decision.admitted:
             if t.finish_reason == "client_cancel":
                 return
@@ -463,7 +488,7 @@ class GatewayApp:
         for attempt in range(attempts):
             if t.done or ex.ended_by is not None:
                 break
-            backend = self.pool.pick(p.model, frozenset(tried), p.prompt_tokens + p.max_tokens)
+            backend = self.pool.pick(p.model, frozenset(tried), p.weight)
             if backend is None:
                 break
             tried.add(backend.id)
@@ -493,8 +518,7 @@ class GatewayApp:
         b.served += 1
         b.last_routed_unix_s = time.time()
         b.requests[id(t)] = t
-        weight = p.prompt_tokens + p.max_tokens   # the KV cache it may take: its tokens in flight
-        limited = b.limit.try_acquire(weight)
+        limited = b.limit.try_acquire(p.weight)
         ex.sent_ns = ex.first_ns = 0
         ex.gaps = []
         try:
@@ -503,7 +527,7 @@ class GatewayApp:
             b.outstanding -= 1
             b.requests.pop(id(t), None)
             if limited:
-                b.limit.release(weight)
+                b.limit.release(p.weight)
             if ex.first_ns:
                 figures = None if b.engine is None else b.engine.fresh()
                 b.limit.observe(ttft_s=(ex.first_ns - ex.sent_ns) / 1e9, prompt_tokens=t.prompt_tokens,
@@ -612,6 +636,8 @@ class GatewayApp:
                 breaker.record_failure("stream" if obs.status < 500 else "5xx")
             else:
                 breaker.record_success()
+                if t.finish_reason in ("stop", "length"):
+                    self.output_estimate(t.model).observe(t.generated_tokens)
             return "complete"
         # the gateway ends the stream, or the backend broke it: a last event that says why, then the end
         if why is not None and why.startswith("drain:"):

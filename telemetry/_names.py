@@ -332,11 +332,12 @@ BACKEND_LIMIT = Metric(
     ("backend",))
 BACKEND_TOKEN_LIMIT = Metric(
     "backend_token_limit", "llmslo_backend_concurrency_limit_tokens", "gauge", "tokens",
-    "The backend's adaptive limit on tokens in flight (prompt + max_tokens of each request forwarded and not yet "
-    "ended); absent until a window within its latency tolerance carried tokens.", ("backend",))
+    "The backend's adaptive limit on tokens in flight (prompt tokens and expected output of each request forwarded "
+    "and not yet ended); absent until a window within its latency tolerance carried tokens.", ("backend",))
 BACKEND_TOKENS = Metric(
     "backend_tokens", "llmslo_backend_in_flight_tokens", "gauge", "tokens",
-    "Tokens in flight on the backend: prompt + max_tokens of each request it holds a place in its limit for.",
+    "Tokens in flight on the backend: prompt tokens and expected output (max_tokens, or less once the model's "
+    "recent replies say so) of each request it holds a place in its limit for.",
     ("backend",))
 BACKEND_REQUESTS = Metric(
     "backend_requests", "llmslo_backend_requests_total", "counter", "requests",

@@ -408,6 +408,20 @@ def test_the_queue_and_the_routing_bound_tokens_in_flight_once_the_backends_lear
     run(go())
 
 
+def test_a_models_complete_replies_set_the_tokens_its_requests_are_expected_to_generate() -> None:
+    async def go() -> None:
+        a = ScriptedBackend()
+        async with running([a]) as (gw, rows), client(gw.port) as c:
+            body = {"model": "m", "prompt": "script:tokens=5", "max_tokens": 4096, "stream": True}
+            for _ in range(25):
+                assert (await c.post("/v1/completions", json=body)).status_code == 200
+            est = gw.app.outputs["m"]
+            assert est.estimate == 5 and est.expected(4096) == 5
+        assert [r["generated_tokens"] for r in rows] == [5] * 25
+
+    run(go())
+
+
 def test_many_api_keys_keep_the_budget_state_bounded() -> None:
     async def go() -> None:
         a = ScriptedBackend()
@@ -578,3 +592,19 @@ def test_the_queue_sheds_the_lowest_class_from_half_full_and_a_class_alone_only_
     three = ("interactive", "default", "batch")
     assert [shed_from(three, c) for c in three] == [1.0, 0.75, 0.5]
     assert shed_from(("default",), "default") == 1.0
+
+
+def test_the_state_kept_per_model_is_bounded_the_rest_shares_one_entry() -> None:
+    from llmslo.gateway._proxy import MAX_MODELS, _per_model
+
+    table: dict[str, list[str]] = {}
+    made: list[str] = []
+
+    def make(name: str) -> list[str]:
+        made.append(name)
+        return [name]
+
+    for i in range(MAX_MODELS + 10):
+        assert _per_model(table, f"m{i}", make) == [f"m{i}" if i < MAX_MODELS else "other"]
+    assert _per_model(table, "m3", make) == ["m3"]          # an existing one is found, not made again
+    assert len(table) == MAX_MODELS + 1 and made.count("other") == 1

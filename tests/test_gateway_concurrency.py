@@ -516,3 +516,32 @@ def test_requests_without_the_engines_queue_do_not_count_for_or_against_it() -> 
     assert (limit.limit, limit.engine_full_windows) == (4, 1)
     for bad in (-1.0, math.nan, True, "3"):   # not a queue: ignored, never raises
         limit.observe(ttft_s=0.02, prompt_tokens=100, gaps_s=[0.02] * 15, engine_waiting=bad)  # type: ignore[arg-type]
+
+
+# ---- the output expected of a request -------------------------------------------------------------------------
+
+
+def test_a_request_is_expected_to_generate_its_max_tokens_until_replies_say_less() -> None:
+    from llmslo.gateway._concurrency import OutputEstimate
+
+    est = OutputEstimate(window=100, quantile=0.9, min_samples=20)
+    for n in range(19):
+        est.observe(n)
+    assert est.estimate is None and est.expected(4096) == 4096
+    est.observe(19)                           # 0..19: the 18th of 20 is the 0.9 quantile
+    assert est.estimate == 17 and est.expected(4096) == 17 and est.expected(10) == 10
+    for bad in (-1, 2.5, True, None):         # not a count of tokens: ignored
+        est.observe(bad)  # type: ignore[arg-type]
+    assert len(est._recent) == 20
+    for _ in range(100):                      # the window keeps the last 100: the estimate follows them
+        est.observe(300)
+    assert est.estimate == 300
+
+
+@pytest.mark.parametrize(("kw", "field_name"), [({"window": 0}, "window"), ({"quantile": 0.0}, "quantile"),
+                                                ({"quantile": 1.5}, "quantile"), ({"min_samples": 0}, "min_samples")])
+def test_a_bad_output_estimate_is_refused_naming_the_field(kw: dict[str, object], field_name: str) -> None:
+    from llmslo.gateway._concurrency import OutputEstimate
+
+    with pytest.raises(ConfigurationError, match=f"OutputEstimate.{field_name}"):
+        OutputEstimate(**kw)  # type: ignore[arg-type]
