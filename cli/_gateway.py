@@ -97,6 +97,11 @@ def run_gateway(
     token_burst: Annotated[float | None, typer.Option(
         "--token-burst", help="Burst of --tokens-per-min, tokens (default: a minute's worth).",
         show_default=False)] = None,
+    reserve_quantile: Annotated[float | None, typer.Option(
+        "--reserve-quantile", help="Reserve prompt + this quantile of the model's recent outputs (at most "
+        "max_tokens; e.g. 0.9) instead of max_tokens, once 20 replies completed: less held back, but parallel "
+        "requests may overshoot the budget by what they generate beyond it (settled from usage); default off.",
+        show_default=False)] = None,
     requests_per_s: Annotated[float | None, typer.Option(
         "--requests-per-s", help="Requests per second per API key; default off.", show_default=False)] = None,
     redis: Annotated[str | None, typer.Option(
@@ -165,7 +170,7 @@ def run_gateway(
             queue_timeout_s=_required("--queue-timeout", queue_timeout),
             tenant_classes=tuple(c.strip() for c in tenant_classes.split(",") if c.strip()),
             budget=BudgetConfig(tokens_per_min=tokens_per_min, token_burst=token_burst,
-                                requests_per_s=requests_per_s, redis_url=redis),
+                                requests_per_s=requests_per_s, redis_url=redis, reserve_quantile=reserve_quantile),
             retries=retries, breaker_failures=breaker_failures,
             breaker_open_s=_required("--breaker-open", breaker_open),
             ttft_bound_s=_seconds("--ttft-bound", ttft_bound, off=True),

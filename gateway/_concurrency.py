@@ -570,6 +570,7 @@ class OutputEstimate:
         self.min_samples = _int_field("OutputEstimate", "min_samples", min_samples, 1)
         self._recent: deque[int] = deque(maxlen=self.window)
         self._since = 0
+        self._sorted: list[int] = []   # the recent replies' counts, sorted when the estimate was last computed
         self.estimate: int | None = None
         """The quantile of the recent replies' completion tokens; None before ``min_samples`` replies."""
 
@@ -581,11 +582,16 @@ class OutputEstimate:
         self._since += 1
         if len(self._recent) >= self.min_samples and (self.estimate is None or self._since >= ESTIMATE_EVERY):
             self._since = 0
-            self.estimate = int(_nearest_rank(sorted(self._recent), self.quantile))
+            self._sorted = sorted(self._recent)
+            self.estimate = int(_nearest_rank(self._sorted, self.quantile))
 
-    def expected(self, max_tokens: int) -> int:
-        """The tokens a request allowed ``max_tokens`` is expected to generate."""
-        return max_tokens if self.estimate is None else min(max_tokens, self.estimate)
+    def expected(self, max_tokens: int, quantile: float | None = None) -> int:
+        """The tokens a request allowed ``max_tokens`` is expected to generate: at most ``max_tokens``, the
+        estimate's quantile or ``quantile`` (0 < q <= 1) of the recent replies once there is an estimate."""
+        if self.estimate is None:
+            return max_tokens
+        q = self.estimate if quantile is None else int(_nearest_rank(self._sorted, quantile))
+        return min(max_tokens, q)
 
 
 class WholeRttGradientLimit(_Slots):

@@ -104,7 +104,8 @@ def _host_port(url: object, where: str) -> tuple[str, int]:
 @dataclass(frozen=True)
 class BudgetConfig:
     """Per API key (or per tenant class where no key is sent): ``tokens_per_min`` reserved at admission as
-    prompt + ``max_tokens`` and settled from ``usage``; ``requests_per_s``. None: that limit is off."""
+    prompt + ``max_tokens`` (or see ``reserve_quantile``) and settled from ``usage``; ``requests_per_s``. None:
+    that limit is off."""
 
     tokens_per_min: float | None = None
     token_burst: float | None = None
@@ -116,6 +117,18 @@ class BudgetConfig:
     """While Redis is unreachable: ``open`` admits, ``closed`` refuses."""
     max_keys: int = 10_000
     """API keys that own buckets; beyond, keys share one overflow bucket (memory stays bounded)."""
+    reserve_quantile: float | None = None
+    """None: reserve prompt + ``max_tokens``, so parallel requests can never overshoot the budget. A fraction
+    ``q`` in (0, 1]: once 20 replies of the model completed, reserve prompt + the smaller of ``max_tokens`` and the
+    ``q`` quantile of the completion tokens of its last 512 complete replies. Less is held back from the budget
+    while requests run, but parallel requests may overshoot it by what they generate beyond their reservation
+    (settled from ``usage``: a top-up)."""
+
+    def __post_init__(self) -> None:
+        q = self.reserve_quantile
+        if q is not None and (isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q <= 1):
+            raise ConfigurationError(f"reserve_quantile: must be a fraction in (0, 1], e.g. --reserve-quantile 0.9; "
+                                     f"got {q!r}")
 
     @property
     def enabled(self) -> bool:

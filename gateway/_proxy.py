@@ -7,7 +7,8 @@ been read and exactly one terminal state. In order:
    control characters, or longer than 256 characters, is 400: nothing an engine would choke on is forwarded).
    ``prompt`` may be text, a list of texts or token ids: it is forwarded as sent.
 2. **Admit**: the gateway's own drain (503 ``draining``), the budgets of the API key (``Authorization``; else the
-   tenant class): one request and ``prompt + max_tokens`` tokens reserved (429 ``rate_limited``), then the
+   tenant class): one request and ``prompt + max_tokens`` tokens reserved (``max_tokens`` or, with
+   ``reserve_quantile``, less once the model's replies say so; 429 ``rate_limited``), then the
    admission queue (429 ``queue_full``, its ``Retry-After`` from the measured drain rate; shedding lowest class
    first), whose slots are the routable backends' limits: their sum in requests and, once every one has a token
    limit, in tokens (each request weighs its prompt tokens and the tokens it is expected to generate:
@@ -386,10 +387,12 @@ class GatewayApp:
             self._refuse(res, rid, Decision.refuse("draining", DRAINING_RETRY_AFTER_S, "the gateway is draining"))
             return
         key = _budget_key(req, t.tenant_class)
-        reserved = p.prompt_tokens + p.max_tokens
+        quantile = self.config.budget.reserve_quantile
+        output = p.max_tokens if quantile is None else self.output_estimate(p.model).expected(p.max_tokens, quantile)
+        reserved = p.prompt_tokens + output
         limiter = self.limiter
         if limiter is not None:
-            decision = limiter.check(key, prompt_tokens=p.prompt_tokens, max_tokens=p.max_tokens, tracker=t,
+            decision = limiter.check(key, prompt_tokens=p.prompt_tokens, max_tokens=output, tracker=t,
                                      model=p.model)
             if not decision.admitted:
                 self._refuse(res, rid, decision)

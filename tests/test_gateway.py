@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from llmslo.gateway import BudgetConfig
-from llmslo.telemetry import validate_summary
+from llmslo.telemetry import ConfigurationError, validate_summary
 from llmslo.tests._gateway_support import ScriptedBackend, running
 
 
@@ -280,6 +280,34 @@ def test_token_budgets_admit_no_more_than_the_budget_and_settle_from_usage() -> 
         assert sum(int(str(r["prompt_tokens"])) + int(str(r["generated_tokens"])) for r in served) == 5 * (7 + 8)
 
     run(go())
+
+
+@pytest.mark.parametrize("quantile", [None, 0.5])
+def test_a_budget_reserves_a_quantile_of_the_models_outputs_when_asked(quantile: float | None) -> None:
+    async def go() -> list[int]:
+        a = ScriptedBackend()
+        # a burst of 500 tokens; each request: 3 prompt token ids, max_tokens 1,000, and 5 tokens generated
+        budget = BudgetConfig(tokens_per_min=60_000.0, token_burst=500.0, reserve_quantile=quantile)
+        async with running([a], budget=budget) as (gw, _), client(gw.port) as c:
+            small = {"model": "m", "prompt": [1, 2, 3], "max_tokens": 5}
+            for _ in range(20):    # twenty complete replies of 5 tokens: the model's outputs are known
+                assert (await c.post("/v1/completions", json=small, headers={"x-script": "script:tokens=5"})
+                        ).status_code == 200
+            large = {**small, "max_tokens": 1000}
+            replies = [await c.post("/v1/completions", json=large, headers={"x-script": "script:tokens=5"})
+                       for _ in range(3)]
+        return [r.status_code for r in replies]
+
+    codes = run(go())
+    # max_tokens reserved: 3 + 1000 never fits a burst of 500; the median of the outputs reserved: 3 + 5 does
+    assert codes == ([429] * 3 if quantile is None else [200] * 3)
+
+
+def test_a_bad_reserve_quantile_is_refused_naming_the_flag() -> None:
+    for bad in (0.0, 1.5, -1.0, True):
+        with pytest.raises(ConfigurationError, match=r"reserve_quantile: must be a fraction in \(0, 1\], e.g. "
+                                                      r"--reserve-quantile 0.9"):
+            BudgetConfig(tokens_per_min=100.0, reserve_quantile=bad)
 
 
 def test_a_full_queue_answers_429_with_a_retry_after() -> None:

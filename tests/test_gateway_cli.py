@@ -46,6 +46,13 @@ def test_bad_slots_on_a_backend_is_a_usage_error_that_names_it_once(tmp_path: Pa
     assert "a=http://127.0.0.1:8001@v1,slots=4" in r.stderr and r.stderr.count("--backend") == 1
 
 
+def test_a_bad_reserve_quantile_is_a_usage_error_with_an_example(tmp_path: Path) -> None:
+    r = llmslo(tmp_path, "gateway", "--backend", "http://127.0.0.1:1", "--tokens-per-min", "6000",
+               "--reserve-quantile", "1.5", "--port", "0")
+    assert r.returncode == 2, r.stderr
+    assert "reserve_quantile: must be a fraction in (0, 1], e.g. --reserve-quantile 0.9; got 1.5" in r.stderr
+
+
 def test_a_backends_slots_set_its_limit_and_gateway_status_shows_both(tmp_path: Path) -> None:
     import re
 
