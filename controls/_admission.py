@@ -323,7 +323,7 @@ class AdmissionQueue:
     def _enter(self, tracker: RequestTracker, tenant_class: str | None, timeout_s: float | None,
                degrade: DegradeHook | None, tokens: int, *, blocking: bool) -> Decision | _Entry:
         """A slot at once (:data:`ADMIT`), a refusal, or the entry of a request that now waits."""
-        tokens = tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0 else 0
+        tokens = tokens if type(tokens) is int and tokens > 0 else 0  # not a count (bool included): no weight
         name = tracker.tenant_class if tenant_class is None else tenant_class
         rank = self._ranks.get(name) if isinstance(name, str) else None
         if rank is None:  # an unknown class is the lowest

@@ -323,9 +323,10 @@ class AdaptiveLimit(_Slots):
         :meth:`has_room` for it; else False."""
         if not self.has_room(tokens):
             return False
-        self._tokens += max(0, tokens)
-        if self._tokens > self._peak_tokens:
-            self._peak_tokens = self._tokens
+        if tokens > 0:
+            self._tokens += tokens
+            if self._tokens > self._peak_tokens:
+                self._peak_tokens = self._tokens
         self._in_flight += 1
         self._acquired()
         return True

@@ -254,6 +254,9 @@ class GatewayApp:
 
     def queue_for(self, model: str) -> AdmissionQueue:
         """The admission queue of ``model`` (at most :data:`MAX_MODELS`, then one for all others)."""
+        q = self.queues.get(model)     # the common case first: no closure made per request
+        if q is not None:
+            return q
         return _per_model(self.queues, model, lambda name: AdmissionQueue(
             name, capacity=self.config.queue_capacity, concurrency=self._concurrency,
             token_capacity=self._token_capacity, queue_timeout_s=self.config.queue_timeout_s,
@@ -262,6 +265,9 @@ class GatewayApp:
     def output_estimate(self, model: str) -> OutputEstimate:
         """The completion tokens expected of a request for ``model`` (at most :data:`MAX_MODELS`, then one for all
         others)."""
+        est = self.outputs.get(model)
+        if est is not None:
+            return est
         return _per_model(self.outputs, model, lambda _: OutputEstimate())
 
     def rebalance(self) -> None:
@@ -533,9 +539,11 @@ class GatewayApp:
                 b.limit.release(p.weight)
             if ex.first_ns:
                 figures = None if b.engine is None else b.engine.fresh()
+                updates = b.limit.updates
                 b.limit.observe(ttft_s=(ex.first_ns - ex.sent_ns) / 1e9, prompt_tokens=t.prompt_tokens,
                                 gaps_s=ex.gaps, engine_waiting=None if figures is None else figures.waiting)
-                self.rebalance()
+                if b.limit.updates != updates:  # a window's verdict: the limits may have moved
+                    self.rebalance()
 
     async def _open(self, b: Backend, req: Request, rid: str, p: _Parsed,
                     ex: _Exchange) -> tuple[UpstreamConnection, UpstreamResponse]:

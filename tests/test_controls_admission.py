@@ -697,3 +697,13 @@ def test_without_a_token_capacity_tokens_change_nothing(tel: Telemetry, clock: F
     decisions = [q.acquire_blocking(t, tokens=10**9, timeout_s=0) for t in trackers]
     assert [d.admitted for d in decisions] == [True, True, False]
     assert q.tokens_running == 2 * 10**9
+
+
+@pytest.mark.parametrize("bad", [True, -5, 2.5, "3", None])
+def test_a_weight_that_is_not_a_count_of_tokens_weighs_nothing(tel: Telemetry, clock: FakeClock, bad: object) -> None:
+    q = queue(tel, clock, capacity=4, concurrency=2, token_capacity=10)
+    t = start(tel, "r")
+    assert q.acquire_blocking(t, tokens=bad, timeout_s=0).admitted  # type: ignore[arg-type]
+    assert q.tokens_running == 0
+    t.finish("stop")
+    assert (q.running, q.tokens_running) == (0, 0)

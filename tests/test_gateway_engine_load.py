@@ -527,11 +527,11 @@ def test_a_gateway_reads_the_slots_a_real_llama_server_is_processing(tmp_path: P
                         httpx.AsyncClient(base_url=f"http://127.0.0.1:{gw.port}", timeout=60.0) as client:
                     idle = await _until(admin, "llama", "engine_fresh", True)
                     assert (idle["engine_running"], idle["engine_waiting"], idle["engine_kv_usage"]) == (0, 0, None)
-                    body = {"model": engine.alias, "max_tokens": 400, "stream": True,
+                    body = {"model": engine.alias, "max_tokens": 400, "stream": True, "ignore_eos": True,
                             "messages": [{"role": "user", "content": "Count from one to two hundred."}]}
                     async with client.stream("POST", "/v1/chat/completions", json=body) as stream:
-                        async for _ in stream.aiter_lines():  # the first chunk: its slot is processing
-                            break
+                        async for _ in stream.aiter_lines():  # the first chunk: its slot is processing (all
+                            break                             # 400 tokens: a short answer could end before a read)
                         busy = await _until(admin, "llama", "engine_running", 1)
                         assert busy["engine_fresh"] is True and busy["engine_read_failures"] == 0
             finally:
