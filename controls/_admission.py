@@ -226,23 +226,20 @@ class AdmissionQueue:
         """Change the number of slots (an adaptive limit moved). More slots are granted to waiting requests at
         once; fewer take effect as running requests end. Raises :class:`ConfigurationError` below 1."""
         n = _positive_int("concurrency", concurrency)
-        woken: list[_Entry] = []
-        self._lock.acquire()
-        try:
-            self.concurrency = n
-            woken = self._dispatch_locked(self._clock())
-        finally:
-            self._lock.release()
-        self._settle([], woken)
+        self._relimit(lambda: setattr(self, "concurrency", n))
 
     def set_token_capacity(self, token_capacity: int | None) -> None:
         """Change the bound in tokens (``None``: no bound), as :meth:`set_concurrency` does the slots. Raises
         :class:`ConfigurationError` below 1."""
         n = None if token_capacity is None else _positive_int("token_capacity", token_capacity)
+        self._relimit(lambda: setattr(self, "token_capacity", n))
+
+    def _relimit(self, change: Callable[[], None]) -> None:
+        """Apply ``change`` to the limits under the lock, then grant what now fits to the waiters."""
         woken: list[_Entry] = []
         self._lock.acquire()
         try:
-            self.token_capacity = n
+            change()
             woken = self._dispatch_locked(self._clock())
         finally:
             self._lock.release()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from llmslo.dashboards._dashboard import Dashboard, Kind, datasource_variable, envelope, query_variable, uid
-from llmslo.dashboards._panels import DASHED, Grid, Step, Target, heatmap, override, state_timeline, timeseries
+from llmslo.dashboards._panels import DASHED, Grid, Json, Step, Target, heatmap, override, state_timeline, timeseries
 from llmslo.dashboards._promql import RATE_INTERVAL, quantile, selector, series, sum_rate
 from llmslo.telemetry import BREAKER_STATES, METRICS_BY_KEY, Metric
 
@@ -150,23 +150,13 @@ def _gateway(grid: Grid) -> None:
         "Backend pool changes", f"{changes.help} Per {RATE_INTERVAL}.",
         [Target(f"sum by (backend) (increase({series(changes)}[{RATE_INTERVAL}]))", "{{backend}}")],
         unit="short", bars=True), 8)
-    grid.add(timeseries(
-        "Outstanding requests against the limit",
-        f"Outstanding: {outstanding.help} Limit (dashed): {limit.help}",
-        [Target(f"sum by (backend) ({series(outstanding)})", "{{backend}} outstanding"),
-         Target(f"sum by (backend) ({series(limit)})", "{{backend}} limit")],
-        unit="short", minimum=0, overrides=[override(".* limit", DASHED, ("custom.fillOpacity", 0))]), 12)
+    grid.add(_against_limit("Outstanding requests against the limit", "Outstanding", outstanding, limit), 12)
     grid.add(timeseries(
         "Requests forwarded per backend", f"{forwarded.help} Per second.",
         [Target(f"sum by (backend) (rate({series(forwarded)}[{RATE_INTERVAL}]))", "{{backend}}")],
         unit="reqps", stack=True), 12)
-    tokens, token_limit = M["backend_tokens"], M["backend_token_limit"]
-    grid.add(timeseries(
-        "Tokens in flight against the token limit",
-        f"In flight: {tokens.help} Limit (dashed): {token_limit.help}",
-        [Target(f"sum by (backend) ({series(tokens)})", "{{backend}} in flight"),
-         Target(f"sum by (backend) ({series(token_limit)})", "{{backend}} limit")],
-        unit="short", minimum=0, overrides=[override(".* limit", DASHED, ("custom.fillOpacity", 0))]), 12)
+    grid.add(_against_limit("Tokens in flight against the token limit", "In flight", M["backend_tokens"],
+                            M["backend_token_limit"]), 12)
     failures, fallbacks = M["backend_engine_read_failures"], M["backend_engine_fallbacks"]
     grid.add(timeseries(
         "Engine metrics: failed reads and fallbacks",
@@ -174,6 +164,15 @@ def _gateway(grid: Grid) -> None:
         [Target(f"sum by (backend) (increase({series(failures)}[{RATE_INTERVAL}]))", "{{backend}} failed reads"),
          Target(f"sum by (backend) (increase({series(fallbacks)}[{RATE_INTERVAL}]))", "{{backend}} fallbacks")],
         unit="short", bars=True), 12)
+
+
+def _against_limit(title: str, what: str, current: Metric, limit: Metric) -> Json:
+    """A panel of each backend's ``current`` (legend: ``what``, lower-cased) beside its ``limit`` (dashed)."""
+    return timeseries(
+        title, f"{what}: {current.help} Limit (dashed): {limit.help}",
+        [Target(f"sum by (backend) ({series(current)})", "{{backend}} " + what.lower()),
+         Target(f"sum by (backend) ({series(limit)})", "{{backend}} limit")],
+        unit="short", minimum=0, overrides=[override(".* limit", DASHED, ("custom.fillOpacity", 0))])
 
 
 def _streams(grid: Grid) -> None:

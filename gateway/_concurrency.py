@@ -19,10 +19,11 @@ sending, :meth:`AdaptiveLimit.release` when the request ends) and reports each f
 
 **Tokens in flight.** Each request may also carry its weight in tokens (the gateway gives its prompt tokens and
 the tokens it is expected to generate: :class:`OutputEstimate`), and the limit bounds the tokens in flight as well
-as the requests. The token limit has no value until a window within tolerance had tokens in flight; from then on it is
-at least :data:`TOKEN_HEADROOM` times the most tokens in flight of any window within tolerance (the load the
-backend is known to serve, with the same headroom as a slow start's doubling), and a window over tolerance in
-which the tokens in flight reached :data:`TOKEN_BINDING` of it cuts it as the request limit is cut. So when the
+as the requests. The token limit has no value until a window within tolerance had tokens in flight; from then on
+it is at least :data:`TOKEN_HEADROOM` times the most tokens in flight of any window within tolerance whose engine
+was not full (below): the load the backend is known to serve, with the same headroom as a slow start's doubling.
+A window over tolerance in which the tokens in flight reached :data:`TOKEN_BINDING` of it cuts it as the request
+limit is cut. So when the
 requests turn heavier (longer prompts, longer answers) on a backend bound by its KV cache, the requests
 admitted are held at once to about the tokens that were served well, where a limit in requests alone would let
 the same count of heavier requests through and wait for the latency to rise before cutting it, one window at a

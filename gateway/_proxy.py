@@ -393,8 +393,9 @@ class GatewayApp:
             self._refuse(res, rid, Decision.refuse("draining", DRAINING_RETRY_AFTER_S, "the gateway is draining"))
             return
         key = _budget_key(req, t.tenant_class)
+        outputs = self.output_estimate(p.model)
         quantile = self.config.budget.reserve_quantile
-        output = p.max_tokens if quantile is None else self.output_estimate(p.model).expected(p.max_tokens, quantile)
+        output = p.max_tokens if quantile is None else outputs.expected(p.max_tokens, quantile)
         reserved = p.prompt_tokens + output
         limiter = self.limiter
         if limiter is not None:
@@ -408,7 +409,7 @@ class GatewayApp:
                                "token_budget")
         ex = _Exchange(t)
         res.on_close = lambda: self._client_left(ex)
-        p.weight = p.prompt_tokens + self.output_estimate(p.model).expected(p.max_tokens)
+        p.weight = p.prompt_tokens + outputs.expected(p.max_tokens)
         decision = await self.queue_for(p.model).acquire(t, degrade=lambda action: self._degrade(p, action),
                                                          tokens=p.weight)
         if not decision.admitted:
