@@ -10,6 +10,7 @@ import http.server
 import json
 import random
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -516,7 +517,7 @@ def test_a_gateway_reads_the_slots_a_real_llama_server_is_processing(tmp_path: P
     from llmslo.tests.test_live_llamacpp import require_engine
 
     require_engine()
-    with running_llama_server(tmp_path, parallel=2, context_tokens=1024) as engine:
+    with running_llama_server(tmp_path, parallel=2, context_tokens=4096) as engine:
         async def go() -> None:
             spec = BackendSpec("llama", engine.url, slots=2, engine="llamacpp")
             gw = Gateway(GatewayConfig(backends=(spec,), port=0, admin_port=0, health_interval_s=60.0,
@@ -527,13 +528,36 @@ def test_a_gateway_reads_the_slots_a_real_llama_server_is_processing(tmp_path: P
                         httpx.AsyncClient(base_url=f"http://127.0.0.1:{gw.port}", timeout=60.0) as client:
                     idle = await _until(admin, "llama", "engine_fresh", True)
                     assert (idle["engine_running"], idle["engine_waiting"], idle["engine_kv_usage"]) == (0, 0, None)
-                    body = {"model": engine.alias, "max_tokens": 400, "stream": True, "ignore_eos": True,
+                    # 1,800 tokens (ignore_eos: no early end) keep a slot processing for about 12 s here; the
+                    # test stops at the first read that shows it and cancels the rest
+                    body = {"model": engine.alias, "max_tokens": 1800, "stream": True, "ignore_eos": True,
                             "messages": [{"role": "user", "content": "Count from one to two hundred."}]}
-                    async with client.stream("POST", "/v1/chat/completions", json=body) as stream:
-                        async for _ in stream.aiter_lines():  # the first chunk: its slot is processing (all
-                            break                             # 400 tokens: a short answer could end before a read)
-                        busy = await _until(admin, "llama", "engine_running", 1)
-                        assert busy["engine_fresh"] is True and busy["engine_read_failures"] == 0
+                    lines: list[str] = []
+
+                    async def read_all() -> int:
+                        async with client.stream("POST", "/v1/chat/completions", json=body) as stream:
+                            async for line in stream.aiter_lines():
+                                lines.append(line)
+                            return stream.status_code
+
+                    reader = asyncio.create_task(read_all())
+                    seen: dict[str, object] = {}
+                    deadline = time.monotonic() + 60.0   # wall clock, not a count of polls: a busy machine polls slowly
+                    while not reader.done() and time.monotonic() < deadline:
+                        seen = (await admin.get("/admin/backends/llama")).json()
+                        if seen["engine_running"] == 1:
+                            break
+                        await asyncio.sleep(0.02)
+                    ended = reader.done()
+                    status: int | str = "open"
+                    reader.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        status = await reader
+                    assert seen.get("engine_running") == 1, (
+                        f"the engine never read as running while the stream was open (stream ended: {ended}, "
+                        f"status {status}, {len(lines)} lines, last {lines[-3:]!r}); "
+                        f"last state {seen}")
+                    assert seen["engine_fresh"] is True and seen["engine_read_failures"] == 0
             finally:
                 await gw.close()
 
