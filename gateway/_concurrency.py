@@ -19,9 +19,12 @@ sending, :meth:`AdaptiveLimit.release` when the request ends) and reports each f
 
 **Tokens in flight.** Each request may also carry its weight in tokens (the gateway gives its prompt tokens and
 the tokens it is expected to generate: :class:`OutputEstimate`), and the limit bounds the tokens in flight as well
-as the requests. The token limit has no value until a window within tolerance had tokens in flight; from then on
-it is at least :data:`TOKEN_HEADROOM` times the most tokens in flight of any window within tolerance whose engine
-was not full (below): the load the backend is known to serve, with the same headroom as a slow start's doubling.
+as the requests. The token limit has no value until a window within tolerance had tokens in flight. During the
+slow start it rises to :data:`TOKEN_HEADROOM` times the most tokens in flight of any window within tolerance whose
+engine was not full (below): the load the backend is known to serve, with the same headroom as the slow start's
+doubling. After the slow start (the first window over tolerance), a window within tolerance in which
+the tokens reached :data:`TOKEN_BINDING` of the limit raises it by :data:`TOKEN_STEP` of itself: the token limit
+probes upward as the request limit does, a step at a time, rather than jumping back to twice the last good load.
 A window over tolerance in which the tokens in flight reached :data:`TOKEN_BINDING` of it cuts it as the request
 limit is cut. So when the
 requests turn heavier (longer prompts, longer answers) on a backend bound by its KV cache, the requests
@@ -35,7 +38,9 @@ requests waiting raises neither limit (``engine_full_windows`` counts those). Th
 queue: its waits fall on a minority of the requests under the window's median, and a long prompt's TTFT per
 prompt token dilutes them (measured in ``bench/bench_gateway_tokens.py``: with long prompts on a backend bound
 by its KV cache, the limit held about 1.5 times the requests the cache holds). A queue seen now and then is the
-engine's next step, not a full engine: hence most of the window.
+engine's next step, not a full engine: hence most of the window. Such a window does not cut either limit: the
+waiting an engine reports also counts the requests that arrived since its last step, and a cut on it (tried in
+the same benchmark) wore the limits down where the engine was not full.
 
 Whole-request time of a token stream is mostly its output length: a long answer looks like a slow backend.
 :class:`WholeRttGradientLimit` models Envoy's gradient controller on whole-request time, for comparison
@@ -77,10 +82,15 @@ way: a cost that rose while the load fell says the backend is changing; it is me
 
 
 TOKEN_HEADROOM = 2.0
-"""The token limit is at least this many times the most tokens in flight of a window within tolerance."""
+"""During the slow start the token limit is at least this many times the most tokens in flight of a window within
+tolerance."""
 
 TOKEN_BINDING = 0.9
-"""A window over tolerance cuts the token limit when its most tokens in flight reached this fraction of it."""
+"""A window over tolerance cuts the token limit, and one within tolerance after the slow start raises it, when its
+most tokens in flight reached this fraction of it."""
+
+TOKEN_STEP = 0.1
+"""After the slow start, a window within tolerance that the token limit bound raises it by this fraction."""
 
 ESTIMATE_EVERY = 32
 """An :class:`OutputEstimate` recomputes its quantile once every this many replies."""
@@ -361,7 +371,7 @@ class AdaptiveLimit(_Slots):
         ``ignored_values``; this never raises. May update the limit (once every ``window`` requests that
         gave a sample)."""
         if isinstance(engine_waiting, (int, float)) and not isinstance(engine_waiting, bool) \
-                and engine_waiting >= 0:
+                and 0 <= engine_waiting < math.inf:
             self._engine_reads += 1
             self._engine_waits += engine_waiting > 0
         samples: dict[str, float] = {}
@@ -457,15 +467,19 @@ class AdaptiveLimit(_Slots):
         self._note_cut()
 
     def _update_tokens(self, gradient: float, peak_tokens: int, *, raise_ok: bool) -> None:
-        """The token limit's move for a window with ``gradient`` and at most ``peak_tokens`` in flight: within
-        tolerance it rises to :data:`TOKEN_HEADROOM` times that peak (never falls; not at all unless ``raise_ok``:
-        the engine's queue was full); over it, when the peak reached
-        :data:`TOKEN_BINDING` of the limit, it is cut as the request limit is (``smoothing`` of the way toward
-        ``limit * tolerance / gradient``)."""
+        """The token limit's move for a window with ``gradient`` and at most ``peak_tokens`` in flight. Within
+        tolerance (and only if ``raise_ok``: the engine's queue was not full) it rises: during the slow start to
+        :data:`TOKEN_HEADROOM` times that peak, after it by :data:`TOKEN_STEP` when the peak reached
+        :data:`TOKEN_BINDING` of it. Over tolerance, when the peak reached :data:`TOKEN_BINDING` of the limit,
+        it is cut as the request limit is (``smoothing`` of the way toward ``limit * tolerance / gradient``)."""
         cap = self._token_limit
         if gradient <= self.tolerance:
-            if peak_tokens > 0 and raise_ok:
+            if peak_tokens <= 0 or not raise_ok:
+                return
+            if cap is None or self.slow_start:
                 self._token_limit = max(cap or 0.0, TOKEN_HEADROOM * peak_tokens)
+            elif peak_tokens >= TOKEN_BINDING * cap:
+                self._token_limit = cap * (1.0 + TOKEN_STEP)
         elif cap is not None and peak_tokens >= TOKEN_BINDING * cap:
             self._token_limit = max(1.0, cap + self.smoothing * (cap * self.tolerance / gradient - cap))
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmslo.gateway._concurrency import DECODE, PREFILL, AdaptiveLimit, WholeRttGradientLimit
+from llmslo.gateway._concurrency import DECODE, PREFILL, TOKEN_STEP, AdaptiveLimit, WholeRttGradientLimit
 from llmslo.telemetry import ConfigurationError
 
 
@@ -480,6 +480,30 @@ def test_a_window_over_tolerance_cuts_a_token_limit_it_reached_and_no_other() ->
     for _ in range(4):
         limit.observe(ttft_s=0.02, prompt_tokens=100, gaps_s=[0.06] * 15)
     assert limit.token_limit == int(8000 + limit.smoothing * (8000 * 1.5 / 3 - 8000))
+
+
+def _window(limit: AdaptiveLimit, requests: int, tokens: int, gap_s: float) -> None:
+    """One window of ``limit.window`` finished requests, ``requests`` of ``tokens`` tokens in flight at once."""
+    for _ in range(requests):
+        assert limit.try_acquire(tokens)
+    for _ in range(requests):
+        limit.release(tokens)
+    for _ in range(limit.window):
+        limit.observe(ttft_s=0.02, prompt_tokens=100, gaps_s=[gap_s] * 15)
+
+
+def test_after_the_slow_start_a_good_window_raises_the_token_limit_a_step_and_only_where_it_bound() -> None:
+    limit = AdaptiveLimit(initial=64, window=4, clock=Clock())
+    _window(limit, 4, 1000, 0.02)
+    assert (limit.slow_start, limit.token_limit) == (True, 8000)
+    _window(limit, 8, 1000, 0.06)              # over tolerance at the token limit: cut, the slow start ends
+    cut = limit.token_limit
+    assert limit.slow_start is False and cut is not None and cut < 8000
+    _window(limit, 2, 1000, 0.02)              # good, far below the limit: no move (during the slow start: 2x)
+    assert limit.token_limit == cut
+    tokens = -(-cut // 4)                      # good with the limit reached (4 requests fill it): one step up,
+    _window(limit, 4, tokens - 1, 0.02)        # not twice what was in flight
+    assert limit.token_limit == int(cut * (1 + TOKEN_STEP))
 
 
 # ---- the engine's own queue ---------------------------------------------------------------------------------
