@@ -465,9 +465,13 @@ class GatewayApp:
 
     def _degrade(self, p: _Parsed, action: str) -> bool:
         """The queue's degradation stage ``action`` for request ``p``: ``cap_max_tokens`` lowers its
-        ``max_tokens`` to ``--degrade-max-tokens`` (its reservation is settled against usage as any other)."""
+        ``max_tokens`` to ``--degrade-max-tokens`` (its reservation is settled against usage as any other), and its
+        weight on the backend with it (the queue keeps the weight it was given)."""
         cap = self.config.degrade_max_tokens
-        return action == "cap_max_tokens" and cap is not None and p.cap_max_tokens(cap)
+        if action != "cap_max_tokens" or cap is None or not p.cap_max_tokens(cap):
+            return False
+        p.weight = p.prompt_tokens + self.output_estimate(p.model).expected(p.max_tokens)
+        return True
 
     def _answer_ended(self, res: Responder, rid: str, t: RequestTracker) -> None:
         """A request that ended before a backend answered it (a drain, its timeout): say why."""

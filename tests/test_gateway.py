@@ -517,11 +517,21 @@ def test_under_load_max_tokens_is_capped_before_anyone_is_refused() -> None:
         config = {"concurrency": 1, "queue_capacity": 8, "degrade_max_tokens": 3}
         async with running([a], **config) as (gw, rows), client(gw.port) as c:
             body = {"model": "m", "prompt": "script:tokens=3,ttft=0.15", "max_tokens": 50}
+            limit = gw.pool.backends["a"].limit
+            weights: set[int] = set()   # the tokens in flight on the backend (one request at a time)
+
+            async def watch() -> None:
+                while True:
+                    weights.add(limit.tokens_in_flight)
+                    await asyncio.sleep(0.01)
+
+            watcher = asyncio.ensure_future(watch())
             replies = []
             for _ in range(6):  # one at a time into the queue, so each sees the depth before it
                 replies.append(asyncio.ensure_future(c.post("/v1/completions", json=body)))
                 await asyncio.sleep(0.02)
             replies = await asyncio.gather(*replies)
+            watcher.cancel()
             metrics = (await c.get("/metrics")).text
         assert all(r.status_code == 200 for r in replies)
         asked = [s.body["max_tokens"] for s in a.seen]
@@ -529,6 +539,8 @@ def test_under_load_max_tokens_is_capped_before_anyone_is_refused() -> None:
         capped = asked.count(3)
         assert f'llmslo_degraded_requests_total{{action="cap_max_tokens",model="m"}} {float(capped)}' in metrics
         assert len(rows) == 6
+        full = max(weights)   # a capped request weighs its prompt and 3 tokens on the backend, not 50
+        assert weights - {0} == {full, full - 47}
 
     run(go())
 
