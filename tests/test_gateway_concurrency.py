@@ -538,8 +538,11 @@ def test_requests_without_the_engines_queue_do_not_count_for_or_against_it() -> 
         waiting: float | None = None if i >= 5 else (2.0 if i < 3 else 0.0)
         limit.observe(ttft_s=0.02, prompt_tokens=100, gaps_s=[0.02] * 15, engine_waiting=waiting)
     assert (limit.limit, limit.engine_full_windows) == (4, 1)
-    for bad in (-1.0, math.nan, True, "3"):   # not a queue: ignored, never raises
-        limit.observe(ttft_s=0.02, prompt_tokens=100, gaps_s=[0.02] * 15, engine_waiting=bad)  # type: ignore[arg-type]
+    bad: list[object] = [-1.0, math.nan, math.inf, True, "3"]
+    for i in range(20):             # not a queue: a window of them is not a full engine, and nothing raises
+        limit.observe(ttft_s=0.02, prompt_tokens=100, gaps_s=[0.02] * 15,
+                      engine_waiting=bad[i % len(bad)])  # type: ignore[arg-type]
+    assert (limit.updates, limit.engine_full_windows) == (2, 1)
 
 
 # ---- the output expected of a request -------------------------------------------------------------------------
