@@ -234,11 +234,22 @@ class GatewayConfig:
         return sum(b.slots for b in self.backends)
 
 
+_BACKEND_OPTION = re.compile(r",([A-Za-z_][A-Za-z0-9_-]*)=")
+"""An option of a ``--backend`` value (``,NAME=``); a comma without a name and ``=`` belongs to the version."""
+
+
 def backend_from_arg(text: str, position: int, engine: str | None = None) -> BackendSpec:
     """A ``--backend`` value, ``[ID=]URL[@VERSION][,slots=N]``; ``position`` (1-based) names it ``b<position>`` by
     default; ``slots`` (default 1) is the sequences it runs in parallel, as in a pool file (its weight in routing,
     and its concurrency limit starts at twice it); ``engine`` (``--engine-metrics``) is the engine it runs, whose
     ``/metrics`` the gateway reads to route. Raises :class:`ConfigurationError` with the fix."""
+    for option in _BACKEND_OPTION.finditer(text):
+        if option.group(1) != "slots":
+            hint = ("; the engine a backend runs is --engine-metrics ENGINE (or engine: in a pool file)"
+                    if option.group(1) == "engine" else "")
+            segment = text[option.start() + 1:].split(",", 1)[0]
+            raise ConfigurationError(f"{text!r}: {segment!r} is not a backend option: write "
+                                     f"[ID=]URL[@VERSION][,slots=N], e.g. a=http://127.0.0.1:8001@v1,slots=4{hint}")
     slots = 1
     head, comma, tail = text.rpartition(",slots=")
     if comma:

@@ -46,6 +46,18 @@ def test_bad_slots_on_a_backend_is_a_usage_error_that_names_it_once(tmp_path: Pa
     assert "a=http://127.0.0.1:8001@v1,slots=4" in r.stderr and r.stderr.count("--backend") == 1
 
 
+@pytest.mark.parametrize(("text", "option", "hint"), [
+    ("http://127.0.0.1:1,engine=llamacpp", "engine=llamacpp", "--engine-metrics ENGINE"),
+    ("a=http://127.0.0.1:1@v1,slots=4,weight=2", "weight=2", ""),
+])
+def test_an_unknown_option_on_a_backend_is_a_usage_error_that_names_it(tmp_path: Path, text: str, option: str,
+                                                                       hint: str) -> None:
+    r = llmslo(tmp_path, "gateway", "--backend", text, "--port", "0")
+    assert r.returncode == 2, r.stderr
+    assert f"--backend: {text!r}: {option!r} is not a backend option: write [ID=]URL[@VERSION][,slots=N]" in r.stderr
+    assert hint in r.stderr and "bad port" not in r.stderr
+
+
 def test_a_bad_reserve_quantile_is_a_usage_error_with_an_example(tmp_path: Path) -> None:
     r = llmslo(tmp_path, "gateway", "--backend", "http://127.0.0.1:1", "--tokens-per-min", "6000",
                "--reserve-quantile", "1.5", "--port", "0")
