@@ -309,6 +309,7 @@ class AdaptiveLimit(_Slots):
         self._engine_reads = 0        # this window's requests that came with the engine's queue ...
         self._engine_waits = 0        # ... and of them, those that found requests waiting in it
         self.engine_full_windows = 0  # windows within tolerance that did not grow for that reason
+        self.over_limit = 0           # requests counted by acquire_over (sent without room)
 
     @property
     def token_limit(self) -> int | None:
@@ -334,13 +335,24 @@ class AdaptiveLimit(_Slots):
         :meth:`has_room` for it; else False."""
         if not self.has_room(tokens):
             return False
+        self._count(tokens)
+        return True
+
+    def acquire_over(self, tokens: int = 0) -> None:
+        """Count a request sent although :meth:`has_room` said no (a gateway whose queue admits more than its
+        backends' limits, ``--concurrency``, or whose backends each lack room for a request's tokens, sends it to
+        the least loaded): in flight and in tokens as :meth:`try_acquire` counts, so the windows see what the
+        backend really ran; :meth:`release` it the same way. Counted in ``over_limit``."""
+        self.over_limit += 1
+        self._count(tokens)
+
+    def _count(self, tokens: int) -> None:
         if tokens > 0:
             self._tokens += tokens
             if self._tokens > self._peak_tokens:
                 self._peak_tokens = self._tokens
         self._in_flight += 1
         self._acquired()
-        return True
 
     def _acquired(self) -> None:
         if self._in_flight > self._peak_in_flight:
@@ -564,6 +576,7 @@ class AdaptiveLimit(_Slots):
             "updates": self.updates,
             "rebases": self.rebases,
             "engine_full_windows": self.engine_full_windows,
+            "over_limit": self.over_limit,
             "ignored_values": self.ignored_values,
             "unmatched_releases": self.unmatched_releases,
             "last_update_s": self.last_update_s,

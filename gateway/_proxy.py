@@ -532,7 +532,8 @@ class GatewayApp:
         b.served += 1
         b.last_routed_unix_s = time.time()
         b.requests[id(t)] = t
-        limited = b.limit.try_acquire(p.weight)
+        if not b.limit.try_acquire(p.weight):
+            b.limit.acquire_over(p.weight)
         ex.sent_ns = ex.first_ns = 0
         ex.gaps = []
         try:
@@ -540,8 +541,7 @@ class GatewayApp:
         finally:
             b.outstanding -= 1
             b.requests.pop(id(t), None)
-            if limited:
-                b.limit.release(p.weight)
+            b.limit.release(p.weight)
             if ex.first_ns:
                 figures = None if b.engine is None else b.engine.fresh()
                 updates = b.limit.updates

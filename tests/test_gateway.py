@@ -546,6 +546,24 @@ def test_under_load_max_tokens_is_capped_before_anyone_is_refused() -> None:
     run(go())
 
 
+def test_requests_the_queue_admits_beyond_a_backends_limit_are_counted_on_it_while_they_run() -> None:
+    async def go() -> tuple[int, int, int, int]:
+        a = ScriptedBackend()
+        async with running([a], concurrency=4) as (gw, _rows), client(gw.port) as c:
+            limit = gw.pool.backends["a"].limit        # slots 1: a limit of 2
+            body = {"model": "m", "prompt": "script:tokens=2,ttft=0.3", "max_tokens": 2}
+            replies = [asyncio.ensure_future(c.post("/v1/completions", json=body)) for _ in range(4)]
+            for _ in range(100):
+                await asyncio.sleep(0.01)
+                if limit.in_flight == 4:
+                    break
+            during = (limit.limit, limit.in_flight, limit.over_limit)
+            assert all(r.status_code == 200 for r in await asyncio.gather(*replies))
+            return (*during, limit.in_flight)
+
+    assert run(go()) == (2, 4, 2, 0)
+
+
 def test_a_stream_framed_by_the_connections_close_is_complete_at_its_end() -> None:
     async def go() -> None:
         a = ScriptedBackend()

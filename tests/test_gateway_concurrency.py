@@ -398,6 +398,18 @@ def test_tokens_in_flight_are_counted_and_bounded_once_a_good_window_carried_the
     assert json.loads(json.dumps(limit.to_dict()))["token_limit"] == 6000
 
 
+def test_a_request_sent_without_room_is_counted_in_flight_and_released_as_any_other() -> None:
+    limit = AdaptiveLimit(initial=2, window=4, clock=Clock())
+    assert limit.try_acquire(100) and limit.try_acquire(100) and not limit.try_acquire(100)
+    limit.acquire_over(300)                   # sent anyway (the gateway's queue admitted more than the limit)
+    assert (limit.in_flight, limit.tokens_in_flight, limit.over_limit) == (3, 500, 1)
+    assert not limit.has_room(0)
+    for tokens in (100, 100, 300):
+        limit.release(tokens)
+    assert (limit.in_flight, limit.tokens_in_flight, limit.unmatched_releases) == (0, 0, 0)
+    assert limit.to_dict()["over_limit"] == 1
+
+
 class _KvBackend:
     """A backend bound by its KV cache: a step lasts ``base_gap_s`` times the larger of (tokens in flight /
     ``kv_tokens``) and (streams / 32), at least 1 (beyond its KV cache an engine queues or preempts: every
