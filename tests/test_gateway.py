@@ -551,9 +551,9 @@ def test_requests_the_queue_admits_beyond_a_backends_limit_are_counted_on_it_whi
         a = ScriptedBackend()
         async with running([a], concurrency=4) as (gw, _rows), client(gw.port) as c:
             limit = gw.pool.backends["a"].limit        # slots 1: a limit of 2
-            body = {"model": "m", "prompt": "script:tokens=2,ttft=0.3", "max_tokens": 2}
+            body = {"model": "m", "prompt": "script:tokens=2,ttft=1.0", "max_tokens": 2}
             replies = [asyncio.ensure_future(c.post("/v1/completions", json=body)) for _ in range(4)]
-            for _ in range(100):
+            for _ in range(300):                        # until all 4 run (each waits 1 s for its first token)
                 await asyncio.sleep(0.01)
                 if limit.in_flight == 4:
                     break
