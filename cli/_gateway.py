@@ -272,7 +272,9 @@ def _backend_line(b: dict[str, object]) -> str:
     cap = ""
     if isinstance(limit, dict):
         tokens = limit.get("token_limit")
-        cap = (f"  slots {b.get('slots')}  limit {limit.get('limit')}  tokens {limit.get('tokens_in_flight')}/"
+        over = limit.get("over_limit")
+        past = f" ({over} sent past it)" if over else ""
+        cap = (f"  slots {b.get('slots')}  limit {limit.get('limit')}{past}  tokens {limit.get('tokens_in_flight')}/"
                f"{'-' if tokens is None else tokens}")
     return (f"{b.get('id')}  {b.get('url')}  version {b.get('version')}  {state}  breaker {b.get('breaker')}{cap}  "
             f"outstanding {b.get('outstanding')}  served {b.get('served')}{_engine_part(b)}")

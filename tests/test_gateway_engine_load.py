@@ -473,8 +473,12 @@ def test_the_status_line_shows_the_backends_slots_and_concurrency_limits() -> No
                           "outstanding": 1, "served": 3})
     assert line == ("a  http://127.0.0.1:1  version v  routable  breaker closed  slots 4  limit 8  tokens 300/-  "
                     "outstanding 1  served 3")
-    learned = _backend_line({"id": "a", "limit": {"limit": 8, "token_limit": 4096, "tokens_in_flight": 0}})
+    learned = _backend_line({"id": "a", "limit": {"limit": 8, "token_limit": 4096, "tokens_in_flight": 0,
+                                                  "over_limit": 0}})
     assert "  limit 8  tokens 0/4096  " in learned
+    over = _backend_line({"id": "a", "limit": {"limit": 2, "token_limit": None, "tokens_in_flight": 0,
+                                               "over_limit": 17}})
+    assert "  limit 2 (17 sent past it)  tokens 0/-  " in over
 
 
 def test_the_cli_refuses_an_unknown_engine_and_engine_metrics_with_a_pool(tmp_path: Path) -> None:
