@@ -267,7 +267,7 @@ def _call(admin: str, method: str, path: str, body: bytes | None = None, timeout
 def _backend_line(b: dict[str, object]) -> str:
     state = "routable" if b.get("routable") else ("draining" if b.get("draining") else
                                                  ("out of the pool" if not b.get("in_pool") else
-                                                  ("breaker open" if b.get("breaker") == "open" else "unhealthy")))
+                                                  ("not routable" if b.get("breaker") == "open" else "unhealthy")))
     limit = b.get("limit")
     cap = ""
     if isinstance(limit, dict):

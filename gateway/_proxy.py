@@ -647,7 +647,9 @@ class GatewayApp:
             if not res.complete:
                 res.end()
             obs.complete()
-            failed = t.finish_reason == "error" or obs.status >= 500
+            # a 5xx, or an error inside a stream that began well; a 4xx is the request's fault (a model not
+            # served, a bad field), passed on without counting against the backend
+            failed = obs.status >= 500 or (obs.status < 400 and t.finish_reason == "error")
             if failed:
                 breaker.record_failure("stream" if obs.status < 500 else "5xx")
             else:

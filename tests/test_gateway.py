@@ -150,6 +150,20 @@ def test_a_backend_that_dies_mid_stream_ends_it_with_an_error_event_and_opens_it
     run(go())
 
 
+@pytest.mark.parametrize(("status", "opens"), [(400, False), (404, False), (422, False), (500, True), (503, True)])
+def test_a_backend_answering_a_clients_mistake_keeps_its_breaker_closed(status: int, opens: bool) -> None:
+    async def go() -> tuple[str, list[int]]:
+        a = ScriptedBackend()
+        async with running([a], breaker_failures=2, breaker_open_s=60.0) as (gw, _rows), client(gw.port) as c:
+            body = {"model": "m", "prompt": f"script:status={status}", "max_tokens": 2}
+            codes = [(await c.post("/v1/completions", json=body)).status_code for _ in range(3)]
+            return gw.pool.backends["a"].breaker.state, codes
+    state, codes = run(go())
+    # a 4xx is the request's fault, not the backend's: passed on, and the backend stays routable for the others
+    assert state == ("open" if opens else "closed")
+    assert codes == ([status, status, 503] if opens else [status] * 3)
+
+
 def test_a_backend_that_refuses_or_answers_5xx_first_is_retried_on_another() -> None:
     async def go() -> None:
         a, b = ScriptedBackend(), ScriptedBackend()

@@ -479,6 +479,9 @@ def test_the_status_line_shows_the_backends_slots_and_concurrency_limits() -> No
     over = _backend_line({"id": "a", "limit": {"limit": 2, "token_limit": None, "tokens_in_flight": 0,
                                                "over_limit": 17}})
     assert "  limit 2 (17 sent past it)  tokens 0/-  " in over
+    opened = _backend_line({"id": "a", "url": "u", "version": "v", "in_pool": True, "healthy": True,
+                            "breaker": "open", "routable": False})
+    assert opened.startswith("a  u  version v  not routable  breaker open  ")   # the breaker said once
 
 
 def test_the_cli_refuses_an_unknown_engine_and_engine_metrics_with_a_pool(tmp_path: Path) -> None:
