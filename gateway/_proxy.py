@@ -156,7 +156,11 @@ class _Parsed:
     obj: dict[str, object]
     """The body as parsed (re-serialised only when the gateway changes it)."""
     weight: int = 0
-    """Its tokens in flight: prompt tokens and the tokens it is expected to generate (set at admission)."""
+    """Its tokens in flight: prompt tokens and the tokens it is expected to generate (:meth:`weigh`)."""
+
+    def weigh(self, outputs: OutputEstimate) -> None:
+        """Set :attr:`weight` from the prompt and the output ``outputs`` (its model's) expects for ``max_tokens``."""
+        self.weight = self.prompt_tokens + outputs.expected(self.max_tokens)
 
     def cap_max_tokens(self, cap: int) -> bool:
         """Lower ``max_tokens`` to ``cap`` (degradation under load); whether it changed anything."""
@@ -409,7 +413,7 @@ class GatewayApp:
                                "token_budget")
         ex = _Exchange(t)
         res.on_close = lambda: self._client_left(ex)
-        p.weight = p.prompt_tokens + outputs.expected(p.max_tokens)
+        p.weigh(outputs)
         decision = await self.queue_for(p.model).acquire(t, degrade=lambda action: self._degrade(p, action),
                                                          tokens=p.weight)
         if not decision.admitted:
@@ -470,7 +474,7 @@ class GatewayApp:
         cap = self.config.degrade_max_tokens
         if action != "cap_max_tokens" or cap is None or not p.cap_max_tokens(cap):
             return False
-        p.weight = p.prompt_tokens + self.output_estimate(p.model).expected(p.max_tokens)
+        p.weigh(self.output_estimate(p.model))
         return True
 
     def _answer_ended(self, res: Responder, rid: str, t: RequestTracker) -> None:
