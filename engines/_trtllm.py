@@ -83,16 +83,17 @@ TRTLLM = EngineProfile(
     ),
     lacks={
         "requests_received": "no counter at arrival: requests are counted when they finish",
-        "itl_s": "no inter-token histogram; add llmslo's middleware to trtllm-serve's FastAPI app (docs/middleware.md)",
+        "itl_s": "no inter-token histogram; add llmslo's middleware to trtllm-serve's FastAPI app (docs/middleware.md) "
+                 "or put llmslo gateway in front of it (docs/gateway.md)",
         "prefill_s": "no prefill-time histogram in the collector read",
         "decode_s": "no decode-time histogram in the collector read",
         "generated_tokens": "no counter of generated tokens in the collector read (its perf metrics carry no "
-                            "generation-token count to it); count them with llmslo's middleware",
+                            "generation-token count to it); count them with llmslo's middleware or gateway",
         "requests_succeeded": "no counter of successes alone: trtllm_request_success_total counts every finish "
                               "reason; select the successful ones",
         "aborts": "no abort counter: whether a request the client abandons (trtllm-serve aborts it on disconnect) "
                   "reaches trtllm_request_success_total with a reason was not established from the files read; "
-                  "add llmslo's middleware to trtllm-serve's FastAPI app",
+                  "add llmslo's middleware to trtllm-serve's FastAPI app or put llmslo gateway in front of it",
         "preemptions": "no preemption counter",
     },
     notes=(

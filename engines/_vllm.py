@@ -18,7 +18,8 @@ _ABORTED = ("aborted requests are absent (vllm issue #55634: they never reach th
             "statistics)")
 _FINISH = ("stop", "length", "abort", "error", "repetition")
 _FRONT = ("add llmslo's middleware to vLLM (vllm serve --middleware llmslo.telemetry.LlmsloMiddleware; "
-          "docs/middleware.md): it observes each request's stream")
+          "docs/middleware.md) or put llmslo gateway in front of it (docs/gateway.md): either observes each request's "
+          "stream")
 
 VLLM = EngineProfile(
     key="vllm",

@@ -37,9 +37,9 @@ if TYPE_CHECKING:
 
 __all__ = ["EngineSupportError", "Refusal", "Sli", "bind_objectives", "bind_operational", "resolve_engine", "support"]
 
-FRONT = ("put llmslo's middleware inside the server (vLLM, SGLang, llama-cpp-python or any ASGI app; "
-         "docs/middleware.md) and generate the rules without --engine: it observes every request's stream; for "
-         "an engine that is no Python server (TGI, llama-server) use the clients' own summaries (llmslo load)")
+FRONT = ("put llmslo gateway in front of the engine (any engine; docs/gateway.md), or llmslo's middleware inside "
+         "a Python server (vLLM, SGLang, llama-cpp-python or any ASGI app; docs/middleware.md), and generate the "
+         "rules without --engine: either observes every request's stream")
 """The way out for what an engine's own series cannot give."""
 CATALOGUE_GAUGES: dict[str, str] = {"waiting": "queued", "running": "in_flight"}
 """Saturation concepts -> llmslo's own gauges (catalogue keys); llmslo exports no KV-cache gauge."""

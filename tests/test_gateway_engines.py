@@ -11,6 +11,11 @@ admin API (``llmslo gateway drain``). Then:
    the engine's own counter deltas;
 5. Prometheus's counts equal the gateway's summaries.
 
+And the way out the engine rules name for what an engine cannot give: rules generated from an SLO spec without
+``--engine`` (``llmslo rules generate``) read the gateway's own series. Loaded into the same Prometheus, every rule
+evaluates without error, and the TTFT and goodput objectives get values from requests the gateway observed in
+front of the llama-servers.
+
 Every process is an installed front door (``python -m llmslo.cli ...``), started from a plain working folder with
 relative paths, and stopped by its pid. The engine is built by ``.ci/build-llama-server``.
 """
@@ -39,6 +44,21 @@ from llmslo.tests.test_live_llamacpp import require_engine
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
+SPEC = """\
+version: llmslo/v1
+service: proof
+selector:
+  model: smollm2
+scrape:
+  job: proof
+  interval: 1s
+evaluation_interval: 1s
+objectives:
+  - {name: ttft, kind: latency, metric: ttft, threshold: 2s, objective: 99}
+  - {name: goodput, kind: goodput, objective: 99}
+"""
+"""The SLO spec whose rules (generated without ``--engine``) read llmslo's series: the gateway's and the simulated
+engine's (both serve ``smollm2`` in the job ``proof``)."""
 SERVE_READY = re.compile(r"^serving \S+ on http://127\.0\.0\.1:(\d+)$")
 GATEWAY_READY = re.compile(r"^gateway on http://127\.0\.0\.1:(\d+) \(admin http://127\.0\.0\.1:(\d+)\)")
 MODEL = "smollm2"
@@ -148,6 +168,12 @@ class Proof:
     drained_at: float = 0.0
     drain_answer: str = ""
     prometheus: dict[str, float] = field(default_factory=dict)
+    rule_health: list[tuple[str, str, str]] = field(default_factory=list)
+    """(rule, health, last error) of every rule generated without ``--engine``, as Prometheus evaluated it."""
+    slo_errors: dict[str, float] = field(default_factory=dict)
+    """SLO name -> ``llmslo:slo_error:ratio_rate5m`` at the end of the run."""
+    gateway_ttft_counts: dict[str, float] = field(default_factory=dict)
+    """version -> the gateway's ``llmslo_ttft_seconds_count`` at the end of the run."""
     budget_replies: list[tuple[int, dict[str, str], dict[str, Any]]] = field(default_factory=list)
     budget_rows: list[dict[str, Any]] = field(default_factory=list)
     budget_engine_tokens: int = 0
@@ -216,7 +242,11 @@ def proof(tmp_path_factory: pytest.TempPathFactory) -> Proof:
                       work, GATEWAY_READY)
             port, admin = gw.port(1), gw.port(2)
             targets = [f"127.0.0.1:{port}", a.target, b.target, f"127.0.0.1:{sim.port()}"]
-            with running_prometheus(work / "prometheus", targets, job="proof") as prom:
+            (work / "proof-slo.yaml").write_text(SPEC)
+            subprocess.run([sys.executable, "-m", "llmslo.cli", "rules", "generate", "proof-slo.yaml", "-o",
+                            "proof-rules.yml"], cwd=work, check=True, capture_output=True, timeout=60)
+            with running_prometheus(work / "prometheus", targets, job="proof",
+                                    rule_files=[work / "proof-rules.yml"]) as prom:
                 time.sleep(1.5)
                 load = subprocess.Popen(
                     [sys.executable, "-m", "llmslo.cli", "load", f"http://127.0.0.1:{port}", "--model", MODEL,
@@ -240,6 +270,14 @@ def proof(tmp_path_factory: pytest.TempPathFactory) -> Proof:
                 query = f'sum by (finish_reason) (llmslo_requests_total{{instance="127.0.0.1:{port}"}})'
                 for sample in prom.query(query):
                     out.prometheus[sample["metric"].get("finish_reason", "")] = float(sample["value"][1])
+                out.rule_health = [(str(r.get("name")), str(r.get("health")), str(r.get("lastError") or ""))
+                                   for g in prom.get("/api/v1/rules")["groups"] for r in g.get("rules", [])]
+                for sample in prom.query("llmslo:slo_error:ratio_rate5m"):
+                    out.slo_errors[sample["metric"].get("llmslo_slo", "")] = float(sample["value"][1])
+                for sample in prom.query(f'llmslo_ttft_seconds_count{{instance="127.0.0.1:{port}"}}'):
+                    version = sample["metric"].get("version", "")
+                    out.gateway_ttft_counts[version] = out.gateway_ttft_counts.get(version, 0.0) + float(
+                        sample["value"][1])
             out.gateway_exit = gw.terminate()
             out.gateway_err = "".join(gw.err)
         finally:
@@ -326,3 +364,14 @@ def test_token_budgets_admit_five_of_twenty_and_settle_to_the_engine_counts(proo
 def test_prometheus_counts_equal_the_gateway_summaries(proof: Proof) -> None:
     rows = Counter(r["finish_reason"] for r in proof.gateway)
     assert {k: int(v) for k, v in proof.prometheus.items() if v} == dict(rows)
+
+
+def test_rules_without_engine_read_the_gateways_own_series(proof: Proof) -> None:
+    assert proof.rule_health and all(h == "ok" and not e for _, h, e in proof.rule_health), [
+        r for r in proof.rule_health if r[1] != "ok" or r[2]]
+    assert set(proof.slo_errors) == {"ttft", "goodput"}, proof.slo_errors
+    assert all(0.0 <= v <= 1.0 for v in proof.slo_errors.values()), proof.slo_errors
+    # the gateway's TTFT histogram counts, per version (backend), the streams whose first token it passed on
+    first = Counter(r["version"] for r in proof.gateway if r["ttft_s"] is not None)
+    assert {k: int(v) for k, v in proof.gateway_ttft_counts.items() if v} == dict(first)
+    assert first["llama-a"] + first["llama-b"] >= 1, first

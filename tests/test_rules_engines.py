@@ -36,7 +36,7 @@ EXAMPLES = ROOT / "examples"
 CHAT, LIVE, LLAMACPP = EXAMPLES / "chat-slo.yaml", EXAMPLES / "live-slo.yaml", EXAMPLES / "llamacpp-slo.yaml"
 LLMSLO = Path(sys.executable).with_name("llmslo")
 """The installed command (the virtual environment's console script)."""
-FRONT = "put llmslo's middleware"
+FRONT = "put llmslo gateway in front of the engine"
 
 
 def _model(path: Path, engine: str) -> Any:
@@ -62,7 +62,7 @@ def test_goodput_is_refused_on_every_engine_with_the_reason_and_the_way_out(engi
     (refusal,) = [r for r in model.refused if r.path.startswith("objectives")]
     message = refusal.message()
     assert message.startswith(f"objectives[0] (goodput: goodput) on {ENGINES[engine].name}: ")
-    assert "goodput policy" in refusal.reason and FRONT in refusal.fix and "llmslo load" in refusal.fix
+    assert "goodput policy" in refusal.reason and FRONT in refusal.fix and "llmslo's middleware inside" in refusal.fix
 
 
 @pytest.mark.parametrize(("engine", "why"), [("tgi", "no time-to-first-token histogram"),
@@ -75,7 +75,7 @@ def test_a_ttft_slo_on_an_engine_without_its_histogram_is_refused(engine: str, w
     text = str(caught.value)
     assert f"no objective of the spec can be computed from {ENGINES[engine].name}'s own series" in text
     assert f"objectives[0] (ttft: latency ttft <= 1s) on {ENGINES[engine].name}: {why}" in text
-    assert "Way out: observe each request's stream instead" in text and "llmslo load" in text
+    assert "Way out: observe each request's stream instead" in text and "put llmslo gateway in front of" in text
 
 
 def test_on_llamacpp_only_what_its_counters_and_gauges_allow_is_generated() -> None:
@@ -228,9 +228,9 @@ def test_the_installed_command_refuses_tgi_for_the_chat_spec_saying_why_first(wo
                         "Generation Inference's own series:")
     assert lines[1].startswith("  refused objectives[0] (goodput: goodput) on Text Generation Inference: ")
     assert lines[2] == ("  refused objectives[1] (ttft: latency ttft <= 2s) on Text Generation Inference: no "
-                        "time-to-first-token histogram at all. Way out: observe each request's stream instead: TGI "
-                        "is no Python server, so llmslo's middleware cannot go inside it; use the clients' own "
-                        "summaries (llmslo load)")
+                        "time-to-first-token histogram at all. Way out: observe each request's stream instead: put "
+                        "llmslo gateway in front of TGI (docs/gateway.md), or use the clients' own summaries "
+                        "(llmslo load); TGI is no Python server, so llmslo's middleware cannot go inside it")
     assert "0.1s is not a bucket bound of tgi_request_mean_time_per_token_duration" in lines[3]
     assert not (workdir / "rules").exists() and out.stdout == ""
 
