@@ -173,10 +173,14 @@ app = typer.Typer(
     name="llmslo",
     cls=_LlmsloGroup,
     help=(
-        "SLO analytics for LLM inference serving. Load one summary row per request into a DuckDB store, "
-        "then report TTFT/TPOT/ITL distributions, goodput under a fixed policy, and whether "
-        "success-only latency hides shed or cancelled requests (survivor bias).\n\n"
-        "Start with: llmslo demo"
+        "Observability, SLOs and protection for LLM inference serving. One summary row per request, rejected, "
+        "cancelled and failed ones included, measured inside a Python server (the middleware), in front of any "
+        "engine (llmslo gateway: admission, token budgets, breakers, drains) or at the client (llmslo load); "
+        "stored in DuckDB and reported as TTFT/TPOT/ITL distributions, goodput under a fixed policy, and "
+        "whether success-only latency hides shed or cancelled requests (survivor bias); Prometheus rules and "
+        "Grafana dashboards over llmslo's series or an engine's own.\n\n"
+        "Start with: llmslo demo (a simulated server), or llmslo demo --engine llamacpp (a real llama.cpp "
+        "server)"
     ),
     epilog=EXIT_STATUS_HELP,
     no_args_is_help=True,
@@ -197,4 +201,4 @@ def _main(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
 ) -> None:
-    """SLO analytics for LLM inference serving."""
+    """Observability, SLOs and protection for LLM inference serving."""
