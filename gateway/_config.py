@@ -302,11 +302,17 @@ def load_pool(path: str | Path) -> tuple[BackendSpec, ...]:
     if unknown:
         raise ConfigurationError(f"{path}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; only 'backends'")
     out: list[BackendSpec] = []
+    first: dict[str, int] = {}  # id -> the number of the backend that has it
     for i, item in enumerate(data["backends"], start=1):
         if not isinstance(item, Mapping):
             raise ConfigurationError(f"{path}: backend {i}: expected a mapping with url (and id, version, ...)")
         try:
-            out.append(backend_from_mapping(item, f"b{i}"))
+            spec = backend_from_mapping(item, f"b{i}")
         except ConfigurationError as exc:
             raise ConfigurationError(f"{path}: backend {i}: {exc}") from exc
+        if spec.id in first:
+            raise ConfigurationError(f"{path}: backend {i}: id {spec.id!r} is backend {first[spec.id]}'s too; "
+                                     "ids must be unique")
+        first[spec.id] = i
+        out.append(spec)
     return tuple(out)

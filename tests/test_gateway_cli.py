@@ -27,6 +27,8 @@ def test_no_backend_is_a_usage_error_that_says_what_to_give(tmp_path: Path) -> N
     ("backends:\n  - url: http://127.0.0.1:1/v1\n", "must be http://HOST:PORT (plain HTTP, no path)"),
     ("backends:\n  - {url: 'http://127.0.0.1:1', slot: 2}\n", "backend 1: unknown key(s) slot"),
     ("servers: []\n", "expected a mapping with a 'backends' list"),
+    ("backends:\n  - {id: a, url: 'http://127.0.0.1:1'}\n  - {url: 'http://127.0.0.1:2'}\n"
+     "  - {id: a, url: 'http://127.0.0.1:3'}\n", "pool.yaml: backend 3: id 'a' is backend 1's too; ids must be unique"),
 ])
 def test_a_bad_pool_file_names_the_backend_and_the_fix(tmp_path: Path, text: str, message: str) -> None:
     (tmp_path / "pool.yaml").write_text(text)
