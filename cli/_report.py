@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import os
 import sys
@@ -183,9 +184,26 @@ def _recover(store: Any, journal: Path) -> RecoveryReport:
         raise _fail(f"--recover: {exc}: recover it once that server has stopped") from None
 
 
+def _summary_files(paths: list[Path]) -> list[Path]:
+    """``paths`` with each folder replaced by its ``.jsonl`` files, by name (what ``--jsonl DIR`` writes); exit 1
+    for a folder that has none."""
+    out: list[Path] = []
+    for path in paths:
+        if not path.is_dir():
+            out.append(path)
+            continue
+        found = sorted(f for f in path.glob("*.jsonl") if f.is_file())
+        if not found:
+            raise _fail(f"{path}: a folder without a .jsonl file (llmslo serve, gateway and load --jsonl {path} "
+                        "write their summaries there as summaries-*.jsonl); give the summary files", EXIT_INPUT)
+        out.extend(found)
+    return out
+
+
 def ingest(
     files: Annotated[list[Path] | None, typer.Argument(
-        help="JSONL (.jsonl/.ndjson/.json), CSV or Parquet files.", show_default=False)] = None,
+        help="JSONL (.jsonl/.ndjson/.json), CSV or Parquet files; a folder stands for its .jsonl files (as "
+        "llmslo serve, llmslo gateway and llmslo load --jsonl DIR write them).", show_default=False)] = None,
     db: DbOption = None,
     skip_invalid: Annotated[bool, typer.Option(
         "--skip-invalid",
@@ -213,7 +231,7 @@ def ingest(
     one row each, and the journal is emptied (running it again adds nothing); see docs/server.md.
     """
     refuse_renamed_engine(engine)
-    files = files or []
+    files = _summary_files(files or [])
     if not files and recover is None:
         raise _fail("give the summary files to load (or --recover DIR, a server's journal)", EXIT_USAGE)
     if recover is not None:
@@ -270,7 +288,8 @@ def ingest(
         err().print(f"[yellow]warning:[/yellow] {shown(note)}", highlight=False, soft_wrap=True)
 
 
-ingest.__doc__ = (ingest.__doc__ or "") + f"\n\nColumns: {_COLUMNS_HELP}."
+# cleaned first: the appended paragraph has no indentation, which would keep the docstring's own in the help
+ingest.__doc__ = inspect.cleandoc(ingest.__doc__ or "") + f"\n\nColumns: {_COLUMNS_HELP}."
 
 
 def _print_report(db: Path | None, spec: ReportSpec, as_json: bool, as_csv: bool, *, database: str = "duckdb",

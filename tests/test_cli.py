@@ -80,6 +80,8 @@ def test_invalid_file_exits_non_zero_names_the_row_and_writes_nothing(tmp_path: 
 def test_help_teaches_the_columns_and_durations() -> None:
     out = llmslo("ingest", "--help")
     assert out.returncode == 0 and "request_id" in out.stdout and "--skip-invalid" in out.stdout
+    # its paragraphs are rewrapped as prose: no docstring indentation left inside a line
+    assert "negative or NaN intervals" in " ".join(out.stdout.split()) and "NaN  " not in out.stdout
     rep = llmslo("report", "--help")
     assert "250ms" in rep.stdout or "500ms" in rep.stdout
 
@@ -127,3 +129,19 @@ def test_demo_shows_survivor_bias_on_the_real_trace(tmp_path: Path) -> None:
     # a second run replaces its own store instead of failing
     assert llmslo("demo", "--db", str(tmp_path / "demo.duckdb"), "--trace", str(REAL_TRACE), "--json",
                   cwd=tmp_path).returncode == 0
+
+
+def test_ingest_takes_a_folder_of_summaries_as_its_jsonl_files(tmp_path: Path) -> None:
+    (tmp_path / "rows").mkdir()
+    _jsonl(tmp_path / "rows" / "summaries-1-1.jsonl", [ok_row(i) for i in range(3)])
+    _jsonl(tmp_path / "rows" / "summaries-2-1.jsonl", [rejected_row(10)])
+    (tmp_path / "rows" / "notes.txt").write_text("not a summary file\n")
+    out = llmslo("ingest", "rows", "--db", "s.duckdb", "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert [f["file"] for f in report["files"]] == ["rows/summaries-1-1.jsonl", "rows/summaries-2-1.jsonl"]
+    assert report["store_rows"] == 4
+    (tmp_path / "empty").mkdir()
+    empty = llmslo("ingest", "empty", "--db", "s.duckdb", cwd=tmp_path)
+    assert empty.returncode == 1 and "empty: a folder without a .jsonl file" in empty.stderr
+

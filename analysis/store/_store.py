@@ -493,6 +493,8 @@ class Store:
         row for a line that is not UTF-8 (or not a JSON object), and for a column of a reserved name
         (``RESERVED_COLUMNS``).
         """
+        if path.is_dir():
+            raise StoreError(f"{path}: a folder, not a file: give the summary files in it")
         if not path.is_file():
             raise StoreError(f"{path}: no such file")
         kind = _kind_of(path)
