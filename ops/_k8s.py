@@ -85,7 +85,9 @@ class EngineContainer:
     """How an engine's container starts: ``image`` (a tag of the version its profile was read from),
     ``command`` and ``args`` (``{model}`` and ``{port}`` filled in), ``port`` (TCP), ``metrics_path`` (its
     Prometheus text), ``health_path`` (200 once the model is loaded), ``served_name_flag`` (the flag naming the
-    model as clients ask for it; empty when the engine has none), ``gpus`` (``nvidia.com/gpu`` per pod)."""
+    model as clients ask for it; empty when the engine has none), ``gpus`` (``nvidia.com/gpu`` per pod),
+    ``slots`` (the sequences it runs at once with these ``args``, when they set it; None: the engine's own
+    default, not written here)."""
 
     image: str
     command: tuple[str, ...]
@@ -95,6 +97,7 @@ class EngineContainer:
     health_path: str = "/health"
     served_name_flag: str = ""
     gpus: int = 1
+    slots: int | None = None
 
 
 ENGINE_CONTAINERS: Mapping[str, EngineContainer] = {
@@ -111,7 +114,7 @@ ENGINE_CONTAINERS: Mapping[str, EngineContainer] = {
     "llamacpp": EngineContainer(
         "ghcr.io/ggml-org/llama.cpp:server-b11434", ("/app/llama-server",),
         ("--model", _MODEL, "--host", "0.0.0.0", "--port", _PORT, "--metrics", "--parallel", "4"), 8000,
-        served_name_flag="--alias", gpus=0),
+        served_name_flag="--alias", gpus=0, slots=4),
     "trtllm": EngineContainer(
         "nvcr.io/nvidia/tensorrt-llm/release:1.1.0", ("trtllm-serve",),
         (_MODEL, "--host", "0.0.0.0", "--port", _PORT), 8000, metrics_path="/prometheus/metrics"),
@@ -475,8 +478,22 @@ class _Builder:
         return {"matchLabels": {"app.kubernetes.io/name": name}}
 
     def backend_url(self) -> str:
-        host = "127.0.0.1" if self.o.gateway == "sidecar" else self.engine_name
-        return f"engine=http://{host}:{self.o.port}@{self.o.app_version}"
+        """The gateway's ``--backend``. In ``sidecar`` mode, with the engine's default arguments, it carries the
+        sequences the engine runs at once where those arguments set it (``slots``: the start of the gateway's
+        concurrency limit); in ``pool`` mode the backend is a Service over a varying number of pods: no slots."""
+        sidecar = self.o.gateway == "sidecar"
+        host = "127.0.0.1" if sidecar else self.engine_name
+        slots = self.o.container.slots if sidecar and self.o.engine_args is None else None
+        return f"engine=http://{host}:{self.o.port}@{self.o.app_version}" + (f",slots={slots}" if slots else "")
+
+    def engine_read(self) -> list[str]:
+        """``--engine-metrics ENGINE`` in ``sidecar`` mode, where the engine's Prometheus text is at ``/metrics``:
+        the gateway reads its own engine's queue and KV usage (its concurrency limit stops growing while the
+        engine queues). Not in ``pool`` mode, where each read would reach another pod behind the Service, nor for
+        an engine whose exposition is elsewhere (trtllm-serve's ``/prometheus/metrics``)."""
+        if self.o.gateway != "sidecar" or self.o.container.metrics_path != "/metrics":
+            return []
+        return ["--engine-metrics", self.o.engine]
 
     def prestop_command(self) -> list[str]:
         """Sleep the settle (the pod leaves the endpoints, still serving), then drain the engine backend."""
@@ -486,7 +503,7 @@ class _Builder:
 
     def gateway_container(self) -> dict[str, object]:
         p = self.p
-        args = ["gateway", "--backend", self.backend_url(), "--host", "0.0.0.0",
+        args = ["gateway", "--backend", self.backend_url(), *self.engine_read(), "--host", "0.0.0.0",
                 "--port", str(self.o.gateway_port), "--admin-port", str(self.o.admin_port),
                 "--max-queue", str(self.o.queue_capacity),
                 "--request-timeout", _seconds_arg(p.caller_timeout_s),

@@ -171,6 +171,27 @@ def test_the_gateway_prestop_sleeps_the_settle_then_drains_its_engine_with_the_b
     assert gateway["readinessProbe"]["httpGet"]["path"] == "/ready"  # type: ignore[index]
 
 
+@pytest.mark.parametrize("engine", sorted(ENGINE_CONTAINERS))
+def test_a_sidecar_gateway_reads_its_own_engines_metrics_where_they_are_at_slash_metrics(engine: str) -> None:
+    args = container(pod_spec(one(manifests(engine), "Deployment")), "gateway")["args"]
+    assert isinstance(args, list)
+    flags = dict(zip(args[1::2], args[2::2], strict=False))
+    if ENGINE_CONTAINERS[engine].metrics_path == "/metrics":
+        assert flags["--engine-metrics"] == engine
+    else:  # trtllm-serve: its Prometheus text is at /prometheus/metrics, which --engine-metrics does not read
+        assert "--engine-metrics" not in flags
+    slots = ENGINE_CONTAINERS[engine].slots  # llama-server's --parallel 4, from its default arguments
+    assert flags["--backend"].endswith(f",slots={slots}" if slots else f"@{flags['--backend'].split('@')[1]}")
+
+
+def test_a_pool_gateway_reads_no_engine_metrics_and_custom_engine_args_give_no_slots() -> None:
+    pool = container(pod_spec(one(manifests("llamacpp", "pool"), "Deployment", "chat-gateway")), "gateway")
+    assert "--engine-metrics" not in pool["args"] and ",slots=" not in " ".join(pool["args"])  # type: ignore[arg-type]
+    custom = manifests("llamacpp", engine_args=("--model", "/m.gguf", "--parallel", "8", "--metrics"))
+    args = container(pod_spec(one(custom, "Deployment")), "gateway")["args"]
+    assert ",slots=" not in " ".join(args) and "--engine-metrics" in args  # type: ignore[arg-type,operator]
+
+
 def test_the_engine_is_a_native_sidecar_so_it_stops_after_the_gateway() -> None:
     pod = pod_spec(one(manifests(), "Deployment"))
     (engine,) = pod["initContainers"]  # type: ignore[misc]

@@ -118,3 +118,32 @@ def test_the_scrape_configuration_passes_promtool(gateway: str, tmp_path: Path) 
     checked = subprocess.run([str(find_promtool()), "check", "config", str(config)], capture_output=True,
                              text=True, timeout=60, check=False)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@pytest.mark.parametrize(("engine", "gateway"), [("llamacpp", "sidecar"), ("vllm", "sidecar"), ("vllm", "pool"),
+                                                 ("trtllm", "sidecar")])
+def test_the_gateway_starts_with_the_arguments_the_manifests_give_it(engine: str, gateway: str,
+                                                                     tmp_path: Path) -> None:
+    """The gateway container's arguments, as written, are accepted by the installed gateway (only its address
+    and ports changed, to 127.0.0.1 and free ports); it prints its ready line, then drains on SIGTERM."""
+    shutil.copy(spec_for(engine), tmp_path / "slo.yaml")
+    done = run(tmp_path, "--spec", "slo.yaml", "--engine", engine, "--gateway", gateway, "--model", "org/model",
+               "--out", "k8s")
+    assert done.returncode == 0, done.stderr
+    (deployment,) = [d for d in documents(tmp_path / "k8s").values()
+                     if d["kind"] == "Deployment" and any(c["name"] == "gateway"
+                                                          for c in d["spec"]["template"]["spec"]["containers"])]
+    (gw,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "gateway"]
+    args = list(gw["args"])
+    for flag, value in (("--host", "127.0.0.1"), ("--port", "0"), ("--admin-port", "0")):
+        args[args.index(flag) + 1] = value
+    proc = subprocess.Popen([str(LLMSLO), *args], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("gateway on http://127.0.0.1:"), (line, proc.stderr.read() if proc.poll() else "")
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)  # waits, and closes the pipes
+
