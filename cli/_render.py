@@ -42,13 +42,16 @@ def _rate(value: float | None) -> str:
 
 def group_label(keys: Mapping[str, Any]) -> str:
     """The group's key values joined with ' · ' (a window shown as its UTC start; rows without arrival times,
-    which sit in no window, as ``no arrival time``), shown literally (:func:`shown`)."""
+    which sit in no window, as ``no arrival time``; an empty value as ``no COLUMN``), shown literally
+    (:func:`shown`)."""
     parts = []
     for k, v in keys.items():
         if k == WINDOW_KEY and v is not None:
             parts.append(datetime.fromtimestamp(float(v), tz=UTC).strftime("%Y-%m-%d %H:%M:%S"))
         elif k == WINDOW_KEY:
             parts.append("no arrival time")
+        elif v is None:  # a column a row may leave empty: backend, for a request refused before any was chosen
+            parts.append(f"no {k}")
         else:
             parts.append(str(v))
     return shown(" · ".join(parts)) if parts else "all"
