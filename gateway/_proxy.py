@@ -385,8 +385,8 @@ class GatewayApp:
                 t.finish("error", error_type="unfinished")
 
     def _refuse(self, res: Responder, rid: str, decision: Decision) -> None:
-        headers = [_JSON, (b"x-request-id", rid.encode())]
-        headers.extend((k.encode(), v.encode()) for k, v in decision.headers())
+        headers = [(b"x-request-id", rid.encode())]
+        headers.extend((k.encode(), v.encode()) for k, v in decision.headers())  # its content type among them
         res.send(decision.http_status, headers, decision.body())
 
     async def _serve(self, req: Request, res: Responder, rid: str, t: RequestTracker, p: _Parsed) -> None:

@@ -335,6 +335,8 @@ def test_a_full_queue_answers_429_with_a_retry_after() -> None:
         assert codes == [200, 200, 429, 429]
         full = [r for r in replies if r.status_code == 429]
         assert all(r.json()["error"]["type"] == "queue_full" and float(r.headers["retry-after"]) >= 1 for r in full)
+        # one Content-Type (httpx joins repeated headers with ', ')
+        assert all(r.headers.get_list("content-type") == ["application/json"] for r in full)
 
     run(go())
 
