@@ -146,7 +146,6 @@ def test_ingest_takes_a_folder_of_summaries_as_its_jsonl_files(tmp_path: Path) -
     assert empty.returncode == 1 and "empty: a folder without a .jsonl file" in empty.stderr
 
 
-
 def test_report_by_backend_names_the_requests_no_backend_served(tmp_path: Path) -> None:
     rows = [{**ok_row(i), "backend": "a"} for i in range(3)] + [{**rejected_row(10), "backend": None}]
     _jsonl(tmp_path / "rows.jsonl", rows)
