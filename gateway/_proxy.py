@@ -304,7 +304,8 @@ class GatewayApp:
         path = req.path
         if path in GENERATE_ROUTES:
             if req.method != "POST":
-                res.send(405, [_JSON], error_body(f"{path}: use POST", "invalid_request_error", 405))
+                res.send(405, [_JSON, (b"x-request-id", rid.encode())],
+                         error_body(f"{path}: use POST", "invalid_request_error", 405))
                 return
             await self._generate(req, res, rid)
         elif path == "/v1/models":
@@ -322,7 +323,8 @@ class GatewayApp:
             state = {"ready": ready, "draining": not self.drain.ready, "routable_slots": self.pool.routable_slots()}
             res.send(200 if ready else 503, [_JSON], json.dumps(state).encode())
         else:
-            res.send(404, [_JSON], error_body(f"no route {path[:200]}", "not_found", 404))
+            res.send(404, [_JSON, (b"x-request-id", rid.encode())],
+                     error_body(f"no route {path[:200]}", "not_found", 404))
 
     # ---- generation ----------------------------------------------------------------------------------------
 

@@ -85,7 +85,8 @@ def test_bad_requests_get_clear_errors_and_reach_no_backend() -> None:
             control = await c.post("/v1/completions", json={"model": "m\x00x", "prompt": "x"})
             huge = await c.post("/v1/completions", content=b"x" * 20_000)
             bad_max = await c.post("/v1/completions", json={"model": "m", "prompt": "x", "max_tokens": -1})
-            no_route = await c.get("/v2/nothing")
+            no_route = await c.get("/v2/nothing", headers={"x-request-id": "route-1"})
+            wrong_method = await c.get("/v1/completions")
             ids = await c.post("/v1/completions", json={"model": "m", "prompt": [1, 2, 3], "max_tokens": 2})
             texts = await c.post("/v1/completions", json={"model": "m", "prompt": ["a", "b"], "max_tokens": 2})
         assert bad_json.status_code == 400 and "not JSON" in bad_json.json()["error"]["message"]
@@ -94,7 +95,8 @@ def test_bad_requests_get_clear_errors_and_reach_no_backend() -> None:
         assert control.status_code == 400 and "control characters" in control.json()["error"]["message"]
         assert huge.status_code == 413 and "20000 bytes" in huge.json()["error"]["message"]
         assert bad_max.status_code == 400 and "max_tokens" in bad_max.json()["error"]["message"]
-        assert no_route.status_code == 404
+        assert no_route.status_code == 404 and no_route.headers["x-request-id"] == "route-1"
+        assert wrong_method.status_code == 405 and wrong_method.headers["x-request-id"]  # one of its own
         assert ids.status_code == 200 and texts.status_code == 200
         assert [s.body["prompt"] for s in b.seen] == [[1, 2, 3], ["a", "b"]]  # forwarded as sent
         reasons = sorted(str(r.get("error_type")) for r in rows if r["finish_reason"] == "error")
