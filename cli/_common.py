@@ -17,9 +17,11 @@ printed as those characters, never as rich markup, an emoji, or a terminal escap
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import re
+import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -108,6 +110,13 @@ def console() -> Console:
 
     out = Console(emoji=False)
     return out if out.is_terminal else Console(width=PIPE_WIDTH, emoji=False)
+
+
+def say_on_stderr(line: str) -> None:
+    """Print one progress line of a running server on standard error; a line that cannot be written (standard
+    error closed: a broken pipe) is dropped, so that nothing a server still has to do (a drain) stops for it."""
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr, flush=True)
 
 
 def fail(message: str, code: int = EXIT_INPUT) -> typer.Exit:

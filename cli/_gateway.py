@@ -8,7 +8,6 @@ The module's imports stay light: the gateway is imported when it runs.
 from __future__ import annotations
 
 import json
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from llmslo.cli._common import EXIT_INPUT, EXIT_USAGE
+from llmslo.cli._common import EXIT_INPUT, EXIT_USAGE, say_on_stderr
 from llmslo.cli._common import fail as _fail
 from llmslo.cli._serve import _seconds, _writer
 from llmslo.telemetry import ConfigurationError
@@ -226,12 +225,9 @@ def _run(config: GatewayConfig, version: str, writer: SummaryWriter | None) -> N
         print(f"gateway on http://{config.host}:{gw.port} (admin http://127.0.0.1:{gw.admin_port}); "
               f"backends: {states}; event loop: {loop_name(asyncio.get_running_loop())}", flush=True)
 
-    def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
-            result = runner.run(serve(config, tel, say=say, on_ready=ready))
+            result = runner.run(serve(config, tel, say=say_on_stderr, on_ready=ready))
     except OSError as exc:
         raise _fail(f"cannot listen on {config.host}:{config.port} or admin port {config.admin_port}: "
                     f"{exc.strerror or exc}", EXIT_INPUT) from None
@@ -239,7 +235,7 @@ def _run(config: GatewayConfig, version: str, writer: SummaryWriter | None) -> N
         if sink is not None:
             sink.close(timeout_s=10.0)
     if result.drain is not None:
-        say(f"exit 0 (drain {result.drain.decision})")
+        say_on_stderr(f"exit 0 (drain {result.drain.decision})")
 
 
 # ---- the admin API's client ------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from llmslo.cli._common import EXIT_INPUT, EXIT_USAGE
+from llmslo.cli._common import EXIT_INPUT, EXIT_USAGE, say_on_stderr
 from llmslo.cli._common import fail as _fail
 from llmslo.cli._common import threshold as _threshold
 from llmslo.telemetry import DEFAULT_TPOT_S, DEFAULT_TTFT_S, LlmsloError, parse_duration
@@ -124,11 +124,6 @@ def _stored(db: Path | None, jsonl: Path | None) -> Callable[[Sequence[str]], Co
 
 def _announce(line: str) -> None:
     print(line, flush=True)
-
-
-def _progress(line: str) -> None:
-    """A step of the drain or the exit, on standard error (the ready line alone is on standard output)."""
-    print(line, file=sys.stderr, flush=True)
 
 
 def serve_command(
@@ -295,7 +290,7 @@ def serve_command(
         raise _fail(str(exc), EXIT_USAGE) from None
     writer = _writer(db, jsonl)
     try:
-        result = run_server(config, writer=writer, on_ready=_announce, say=_progress, stored=_stored(db, jsonl))
+        result = run_server(config, writer=writer, on_ready=_announce, say=say_on_stderr, stored=_stored(db, jsonl))
     except OSError as exc:
         raise _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", EXIT_INPUT) from None
     except LlmsloError as exc:  # the journal: in use by another process, or its rows could not be written

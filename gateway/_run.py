@@ -72,7 +72,7 @@ class Gateway:
         self.tel = tel
         self.app = GatewayApp(config, tel)
         self.pool = self.app.pool
-        self.say = say or (lambda line: None)
+        self._say = say
         self.result = GatewayResult()
         self._servers: list[asyncio.Server] = []
         self._conns: set[FrontConnection] = set()
@@ -80,6 +80,13 @@ class Gateway:
         self.stopped = asyncio.Event()
         self.port = config.port
         self.admin_port = config.admin_port
+
+    def say(self, line: str) -> None:
+        """Log one line through the ``say`` given (none: nothing). A line that cannot be written (its stream
+        closed: a broken pipe) is dropped: the gateway's own work, a drain above all, never stops for its log."""
+        if self._say is not None:
+            with contextlib.suppress(Exception):
+                self._say(line)
 
     async def start(self) -> None:
         """Listen (front and admin), start the health checks and the reads of the engines' own load."""

@@ -185,7 +185,7 @@ def run_server(config: ServerConfig, *, writer: SummaryWriter | None = None,
     needs none). Raises ``OSError`` when the socket cannot be bound and :class:`JournalError` when the
     journal cannot be recovered or opened (nothing else started then).
     """
-    say = say or _silent
+    say = _never_raising(say) if say is not None else _silent
     sock = listening_socket(config.host, config.port, config.send_buffer)
     try:
         report = recover_at_start(config, writer, stored)
@@ -205,6 +205,15 @@ def run_server(config: ServerConfig, *, writer: SummaryWriter | None = None,
 
 def _silent(_: str) -> None:
     pass
+
+
+def _never_raising(say: Callable[[str], None]) -> Callable[[str], None]:
+    """``say``, with a line it cannot write dropped: the drain a signal starts never stops for its log."""
+    def guarded(line: str) -> None:
+        with contextlib.suppress(Exception):
+            say(line)
+
+    return guarded
 
 
 def _duration(seconds: float | None) -> str:

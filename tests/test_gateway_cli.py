@@ -86,3 +86,4 @@ def test_a_backends_slots_set_its_limit_and_gateway_status_shows_both(tmp_path: 
     assert r.returncode == 0, r.stderr
     line = rf"^a  {re.escape(url)}  version v1  .*  slots 4  limit 8  tokens 0/-  outstanding 0  served 0"
     assert re.search(line, r.stdout, re.M), r.stdout
+
