@@ -72,6 +72,10 @@ SLOW: dict[str, str] = {
     "test_analysis_survival.py::test_quantile_disc_with_decimal_fractions_is_the_km_quantile_without_censoring":
         _HYPOTHESIS,
     "test_analysis_survival.py::test_the_survivor_comparison_matches_a_plain_kaplan_meier_and_greenwood": _CHDB,
+    "test_bench_gateway_start.py::test_the_command_prints_both_cases_and_the_ratio": _PYTHON,
+    "test_bench_gateway_tokens.py::test_the_benchmark_prints_each_controller_per_phase_and_the_ratios": _PYTHON,
+    "test_bench_pin.py::test_pin_gives_the_proxies_the_last_cpu_and_keeps_the_rest_for_everything_else": _PYTHON,
+    "test_bench_pin.py::test_the_flag_is_in_the_help": _PYTHON,
     "test_cli.py::test_bad_arguments_get_a_clear_message_and_exit_code": _CLI,
     "test_cli.py::test_help_teaches_the_columns_and_durations": _CLI,
     "test_cli.py::test_ingest_takes_a_folder_of_summaries_as_its_jsonl_files": _CLI,
@@ -154,6 +158,7 @@ SLOW: dict[str, str] = {
     "test_rollout_compare.py::test_cli_bad_command_lines_exit_2_naming_the_option": _STORE_PER_CASE,
     "test_rollout_compare.py::test_null_comparisons_give_at_most_two_false_regressions_in_fifty": _POWER,
     "test_rollout_records.py::test_a_bad_field_is_named_with_the_fix_and_nothing_is_written": _STORE_PER_CASE,
+    "test_rollout_rules.py::test_checking_a_plan_in_ops_loads_no_analysis_stack": _PYTHON,
     "test_rules_cli.py::test_check_fails_on_a_rule_file_promtool_rejects": _PROMTOOL,
     "test_rules_cli.py::test_check_passes_generated_rules_and_their_proofs": _PROMTOOL,
     "test_rules_cli.py::test_proofs_in_another_folder_find_rules_under_a_folder_whose_name_reads_as_a_glob":
@@ -170,6 +175,7 @@ SLOW: dict[str, str] = {
     "test_server_cli.py::test_without_the_serve_extra_the_command_says_how_to_install_it": _CLI,
     "test_store_ingest_guards.py::test_a_column_named_like_an_internal_one_is_refused": _STORE_PER_CASE,
     "test_store_ingest_guards.py::test_an_interval_longer_than_the_bound_is_rejected": _STORE_PER_CASE,
+    "test_summary_encoding.py::test_the_benchmark_prints_both_encodings_for_each_length": _PYTHON,
     "test_telemetry_fold.py::test_batched_folds_expose_exactly_what_the_summaries_say": _HYPOTHESIS,
     "test_telemetry_lifecycle.py::test_racing_asyncio_tasks_always_leave_one_terminal_state_one_cleanup_and_one_"
     "summary": _RACES,
