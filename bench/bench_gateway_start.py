@@ -19,7 +19,11 @@ with that many streams. As ``llmslo gateway`` does once started, the heap alive 
 the collector's reach (``settle_heap``); the collector stays on (its share is part of the cost). Medians of
 ``--repeats``.
 
-Run: ``.venv/bin/python -m llmslo.bench.bench_gateway_start --requests 5000 --repeats 5``
+``--parts`` also times the parts of a start each alone (``timeit``, the best of 5 rounds, on the same gateway's
+objects: the head's parse, the body's parse and checks, a tracker started and finished, the route, the breaker's
+decision), and the gateway's case again with the garbage collector off (its share of a start).
+
+Run: ``.venv/bin/python -m llmslo.bench.bench_gateway_start --requests 5000 --repeats 5 [--parts]``
 """
 
 from __future__ import annotations
@@ -29,13 +33,14 @@ import asyncio
 import gc
 import json
 import time
+import timeit
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from llmslo.bench._util import median, table
 from llmslo.gateway import BackendSpec, Gateway, GatewayConfig
-from llmslo.gateway._http import FrontConnection, Request, Responder, UpstreamConnection
+from llmslo.gateway._http import FrontConnection, Request, Responder, UpstreamConnection, _parse_head
 from llmslo.gateway._loop import event_loop_factory
 from llmslo.gateway._run import settle_heap
 from llmslo.telemetry import Telemetry
@@ -161,11 +166,46 @@ def measure(requests: int, in_flight: int) -> dict[str, tuple[float, int]]:
     return out
 
 
+def parts(number: int = 20_000) -> dict[str, float]:
+    """µs per call of each part of a start, timed alone (the best of 5 rounds of ``number`` calls) on one gateway's
+    objects, on the gateway's event loop."""
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        return runner.run(_parts(number))
+
+
+async def _parts(number: int) -> dict[str, float]:
+    gw = _gateway(Backend())
+    app = gw.app
+    raw = request_bytes(str(uuid.uuid4()))
+    end = raw.find(b"\r\n\r\n")
+    head = raw[:end]
+    req, _ = _parse_head(head, 1 << 20)
+    req.body = raw[end + 4:]
+    rid = str(uuid.uuid4())
+    backend = next(iter(app.pool.backends.values()))
+
+    def tracker() -> None:
+        app.tel.start(rid, model="bench-model", prompt_tokens=50).finish("error", error_type="bench")
+
+    cases: dict[str, Callable[[], object]] = {
+        "the head's parse": lambda: _parse_head(head, 1 << 20),
+        "the body's parse and checks": lambda: app._parse(req),
+        "a tracker, started and finished": tracker,
+        "the route (a backend picked)": lambda: app.pool.pick("bench-model", frozenset(), 500),
+        "the breaker's decision": backend.breaker.allow,
+    }
+    out = {name: min(timeit.repeat(f, number=number, repeat=5)) / number * 1e6 for name, f in cases.items()}
+    gw.tel.registry.unregister(gw.tel.metrics)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--requests", type=int, default=5000, help="requests started per case and repeat")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--in-flight", type=int, default=64, help="requests alive at once (started, then ended)")
+    ap.add_argument("--parts", action="store_true",
+                    help="also time each part of a start alone, and the gateway's case with the garbage collector off")
     args = ap.parse_args()
     if args.requests < 1 or args.repeats < 1 or args.in_flight < 1:
         raise SystemExit("--requests, --repeats and --in-flight: expected integers >= 1")
@@ -185,6 +225,25 @@ def main() -> None:
     ]))
     print(f"A group of 30 requests arriving together: the last waits {30 * gateway / 1e6:.2f} ms for the gateway's "
           f"starts (sockets not counted), {30 * floor / 1e6:.2f} ms at the floor.")
+    if args.parts:
+        print_parts(args.requests, args.repeats, args.in_flight, gateway)
+
+
+def print_parts(requests: int, repeats: int, in_flight: int, gateway_ns: float) -> None:
+    """The parts of a start, each timed alone, and the garbage collector's share (the gateway's case again with it
+    off, medians of ``repeats``; ``gateway_ns``: the case with it on, from the same run)."""
+    off: list[float] = []
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            off.append(measure(requests, in_flight)["gateway"][0])
+    finally:
+        gc.enable()
+    rows: list[list[object]] = [[name, us] for name, us in parts().items()]
+    rows.append(["the garbage collector, per start", (gateway_ns - median(off)) / 1000])
+    print("Parts of a start, each timed alone (us per call, the best of 5 rounds); the collector's share: the "
+          f"gateway's case with it on ({gateway_ns / 1000:.1f} us) less with it off ({median(off) / 1000:.1f} us)")
+    print(table(["part", "us"], rows))
 
 
 if __name__ == "__main__":

@@ -7,13 +7,14 @@ SIGTERM, until it was killed."""
 
 from __future__ import annotations
 
-import select
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from llmslo.tests._tools import first_line
 
 pytestmark = [pytest.mark.integration]
 
@@ -29,8 +30,7 @@ def test_sigterm_drains_and_exits_0_when_standard_error_is_closed(args: tuple[st
                             stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stderr is not None
     try:
-        readable, _, _ = select.select([proc.stdout], [], [], 60)  # bounded: a server that hangs fails the test
-        line = proc.stdout.readline() if readable else ""
+        line = first_line(proc.stdout, 60)
         assert line.startswith(ready), line
         proc.stderr.close()  # the reader of its log goes away
         proc.send_signal(signal.SIGTERM)

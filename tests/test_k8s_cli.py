@@ -3,7 +3,6 @@ configuration, and the installed command run from a plain working directory with
 
 from __future__ import annotations
 
-import select
 import shutil
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import yaml
 
 from llmslo.engines import ENGINES
 from llmslo.rules import check_rules, find_promtool
+from llmslo.tests._tools import first_line
 
 pytestmark = pytest.mark.slow  # every test starts a process: promtool, or the installed llmslo command
 
@@ -142,8 +142,7 @@ def test_the_gateway_starts_with_the_arguments_the_manifests_give_it(engine: str
                             text=True)
     try:
         assert proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], 60)  # bounded: a gateway that hangs fails the test
-        line = proc.stdout.readline() if ready else ""
+        line = first_line(proc.stdout, 60)
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=30)  # waits, and closes the pipes
