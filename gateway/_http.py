@@ -75,6 +75,8 @@ class Request(_Headed):
     headers: list[tuple[bytes, bytes]]
     body: bytes
     keep_alive: bool = True
+    http10: bool = False
+    """Whether the request line said HTTP/1.0: its response is never chunked (RFC 9112, 7.1)."""
 
 
 Handler = Callable[[Request, "Responder"], Awaitable[None]]
@@ -119,7 +121,8 @@ def _parse_head(head: bytes, max_body: int) -> tuple[Request, int]:
     if length > max_body:
         raise HttpError(413, f"body: {length} bytes is more than the limit of {max_body} bytes")
     text = target.decode("latin-1")
-    return Request(method.decode("latin-1"), text, text.partition("?")[0], headers, b"", keep_alive), length
+    return Request(method.decode("latin-1"), text, text.partition("?")[0], headers, b"", keep_alive,
+                   version == b"HTTP/1.0"), length
 
 
 class FrontConnection(asyncio.Protocol):
@@ -194,7 +197,7 @@ class FrontConnection(asyncio.Protocol):
             if request is None:
                 return
             self._busy = True
-            self.responder = Responder(self)
+            self.responder = Responder(self, request)
             self._starting = True
             try:
                 start_eagerly(self._run(request, self.responder))
@@ -258,15 +261,26 @@ class FrontConnection(asyncio.Protocol):
             await self._resumed
 
 
+_CHUNKED, _LENGTH, _CLOSE, _NO_BODY = range(4)
+"""How a started response's body is framed: chunked; by the ``Content-Length`` given; by the connection's close
+(an HTTP/1.0 client, the length unknown); no body at all (the answer to a HEAD request)."""
+
+
 class Responder:
-    """How a handler answers one request: :meth:`send` a whole response, or :meth:`start` a chunked one,
-    :meth:`write_chunk` its parts and :meth:`end` it. ``on_close``: called once if the client hangs up first."""
+    """How a handler answers one request: :meth:`send` a whole response, or :meth:`start` a streamed one,
+    :meth:`write_chunk` its parts and :meth:`end` it. ``on_close``: called once if the client hangs up first.
 
-    __slots__ = ("_conn", "_transport", "complete", "on_close", "started")
+    A streamed body is chunked, unless its length is given (then it goes as it is, after ``Content-Length``) or the
+    client spoke HTTP/1.0 (then it goes as it is and the connection's close ends it). The answer to a HEAD request
+    is the head alone."""
 
-    def __init__(self, conn: FrontConnection) -> None:
+    __slots__ = ("_conn", "_framing", "_request", "_transport", "complete", "on_close", "started")
+
+    def __init__(self, conn: FrontConnection, request: Request | None = None) -> None:
         self._conn = conn
         self._transport = conn.transport
+        self._request = request
+        self._framing = _NO_BODY if request is not None and request.method == "HEAD" else _CHUNKED
         self.started = False
         self.complete = False
         self.on_close: Callable[[], None] | None = None
@@ -276,30 +290,52 @@ class Responder:
         """Whether the client has gone."""
         return self._conn.closed
 
+    def _kept_alive(self) -> bytes:
+        """The header an HTTP/1.0 client that asked to keep its connection needs to know it is kept."""
+        request = self._request
+        return b"connection: keep-alive\r\n" if request is not None and request.http10 and request.keep_alive else b""
+
     def send(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
         """A whole response (``Content-Length`` added)."""
         self.started = True
-        head = _head(status, headers) + b"content-length: %d\r\n\r\n" % len(body)
+        head = _head(status, headers) + self._kept_alive() + b"content-length: %d\r\n\r\n" % len(body)
         if not self._conn.closed and self._transport is not None:
-            self._transport.write(head + body)
+            self._transport.write(head if self._framing == _NO_BODY else head + body)
         self.complete = True
 
-    def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
-        """The head of a chunked response."""
+    def start(self, status: int, headers: list[tuple[bytes, bytes]], length: int | None = None) -> None:
+        """The head of a streamed response: its body of ``length`` bytes when given, else of a length not known
+        yet (chunked; for an HTTP/1.0 client, ended by the connection's close)."""
         self.started = True
+        request = self._request
+        if length is not None:
+            framing = self._kept_alive() + b"content-length: %d\r\n" % length
+            if self._framing != _NO_BODY:
+                self._framing = _LENGTH
+        elif request is not None and request.http10:
+            framing = b"connection: close\r\n"
+            request.keep_alive = False
+            if self._framing != _NO_BODY:
+                self._framing = _CLOSE
+        else:
+            framing = b"transfer-encoding: chunked\r\n"
         if not self._conn.closed and self._transport is not None:
-            self._transport.write(_head(status, headers) + b"transfer-encoding: chunked\r\n\r\n")
+            self._transport.write(_head(status, headers) + framing + b"\r\n")
 
     async def write_chunk(self, data: bytes) -> None:
-        """One chunk (empty data: nothing); waits while the client reads too slowly."""
+        """One part of the body (empty data: nothing); waits while the client reads too slowly."""
         if self.put_chunk(data):
             await self._conn.writable()
 
     def put_chunk(self, data: bytes) -> bool:
-        """One chunk (empty data: nothing), not waiting: whether the client now reads too slowly (then wait for
-        :meth:`writable` before the next)."""
+        """One part of the body (empty data: nothing), not waiting: whether the client now reads too slowly (then
+        wait for :meth:`writable` before the next)."""
         if data and not self._conn.closed and self._transport is not None:
-            self._transport.write(b"%x\r\n%s\r\n" % (len(data), data))
+            framing = self._framing
+            if framing == _CHUNKED:
+                self._transport.write(b"%x\r\n%s\r\n" % (len(data), data))
+            elif framing != _NO_BODY:
+                self._transport.write(data)
             return self._conn._paused
         return False
 
@@ -308,9 +344,13 @@ class Responder:
         await self._conn.writable()
 
     def end(self, last: bytes = b"") -> None:
-        """End a chunked response, ``last`` its final chunk (not waiting for the client): it is complete."""
+        """End a streamed response, ``last`` its final part (not waiting for the client): it is complete."""
         if not self._conn.closed and self._transport is not None:
-            self._transport.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(last), last) if last else b"0\r\n\r\n")
+            framing = self._framing
+            if framing == _CHUNKED:
+                self._transport.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(last), last) if last else b"0\r\n\r\n")
+            elif last and framing != _NO_BODY:
+                self._transport.write(last)
         self.complete = True
 
     def close(self) -> None:

@@ -593,7 +593,9 @@ class GatewayApp:
         headers = [(k, v) for k, v in resp.headers if k not in HOP_BY_HOP and k != b"x-request-id"]
         headers.append((b"x-request-id", rid.encode()))
         headers.append((b"x-llmslo-backend", b.id.encode()))
-        res.start(resp.status, headers)
+        # a body of known length the gateway passes on unchanged keeps its length (it withholds the usage event
+        # it asked for on the client's behalf only from a stream, which is chunked)
+        res.start(resp.status, headers, None if p.injected_usage and obs.kind == SSE else resp.length)
         outcome = await self._pass(b, conn, resp, res, t, p, ex, obs)
         if outcome == "complete" and resp.keep_alive and ex.ended_by is None:
             ex.conn = None  # kept alive for the next request: nothing may close it on this one's behalf
@@ -767,7 +769,9 @@ class _Pump:
             payload = data
             left = self.left
             if left is not None:
-                left = self.left = left - len(data)
+                if len(data) > left:
+                    payload = data[:left]  # bytes past the announced length are not this body's
+                left = self.left = left - len(payload)
             done = left is not None and left <= 0
         if payload:
             obs = self.obs

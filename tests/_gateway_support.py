@@ -4,7 +4,8 @@ The backend is a small asyncio HTTP/1.1 server. Each reply follows a script writ
 last message, or its ``x-script`` header): ``script:tokens=5,gap=0.01,die=3`` — ``tokens`` content chunks
 ``gap`` seconds apart (default 5, 0), then a finish event (``length``), the usage event when the request asked
 for it, and ``[DONE]``.
-``plain=1``: no chunked framing (the body ends when the connection closes); ``status=503``: answer that status
+``plain=1``: no chunked framing (the body ends when the connection closes); ``overrun=N``: N bytes more after a
+non-streamed reply than its ``Content-Length`` says; ``status=503``: answer that status
 with an error body; ``die=N``: close the connection after N chunks;
 ``stall=N``: after N chunks send nothing more (until the gateway gives up); ``ttft=S``: wait S seconds before the
 first chunk. It stands in for an engine where a test needs a failure a real engine cannot be made to show on
@@ -117,7 +118,8 @@ class ScriptedBackend:
                      "choices": [{"index": 0, "text": "x " * tokens, "finish_reason": "length"}],
                      "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": tokens,
                                "total_tokens": prompt_tokens + tokens}}
-            _write_whole(writer, 200, json.dumps(reply).encode())
+            # overrun: bytes past the body's announced length, in the same write
+            _write_whole(writer, 200, json.dumps(reply).encode(), b"x" * int(script.get("overrun", 0)))
             return True
         plain = "plain" in script  # no chunked framing: the body ends when the connection closes
         if plain:
@@ -193,9 +195,9 @@ def _script(body: dict[str, object], header: str | None) -> dict[str, str]:
     return dict(kv.split("=", 1) for kv in text[len("script:"):].split(",") if "=" in kv)
 
 
-def _write_whole(writer: asyncio.StreamWriter, status: int, body: bytes) -> None:
-    writer.write(b"HTTP/1.1 %d X\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-                 % (status, len(body), body))
+def _write_whole(writer: asyncio.StreamWriter, status: int, body: bytes, extra: bytes = b"") -> None:
+    writer.write(b"HTTP/1.1 %d X\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s%s"
+                 % (status, len(body), body, extra))
 
 
 def _chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
