@@ -122,6 +122,12 @@ def run_gateway(
         "--request-timeout", help="End a request this long after its admission (deadline event; checked every "
                                   "second, or a quarter of it if shorter); 'off' never.")] =
         "10m",
+    read_timeout: Annotated[str, typer.Option(
+        "--read-timeout", help="A request's head and body must arrive within this long of its first byte, else "
+        "408 and the connection closes.")] = "30s",
+    idle_timeout: Annotated[str, typer.Option(
+        "--idle-timeout", help="Close a client's connection with no request on it for this long; 'off' "
+        "never.")] = "10m",
     drain_settle: Annotated[str, typer.Option(
         "--drain-settle", help="After removing a backend (or the gateway) from the pool, wait this long.")] = "1s",
     drain_budget: Annotated[str, typer.Option(
@@ -175,6 +181,8 @@ def run_gateway(
             ttft_bound_s=_seconds("--ttft-bound", ttft_bound, off=True),
             stall_s=_required("--stall", stall),
             request_timeout_s=_seconds("--request-timeout", request_timeout, off=True),
+            read_timeout_s=_required("--read-timeout", read_timeout),
+            idle_timeout_s=_seconds("--idle-timeout", idle_timeout, off=True),
             drain_settle_s=_required("--drain-settle", drain_settle, zero=True),
             drain_budget_s=_required("--drain-budget", drain_budget),
             drain_idle_s=_seconds("--drain-idle", drain_idle, off=True), on_budget=on_budget,

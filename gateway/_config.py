@@ -170,6 +170,11 @@ class GatewayConfig:
     request_timeout_s: float | None = 600.0
     """A request still in flight this long after its admission is ended ``deadline`` (None: off); checked every
     second, or every quarter of it when that is shorter, so it ends at most that much later."""
+    read_timeout_s: float = 30.0
+    """A request's head and body must arrive within this long of its first byte, else it is answered 408 and its
+    connection closed (checked every second, or every quarter of it when that is shorter)."""
+    idle_timeout_s: float | None = 600.0
+    """A client's connection with no request on it for this long is closed (None: never); checked as above."""
     health_interval_s: float = 2.0
     engine_interval_s: float = 1.0
     """How often the ``/metrics`` of a backend with an ``engine`` is read; figures older than three of these are
@@ -207,11 +212,11 @@ class GatewayConfig:
         if not isinstance(self.retries, int) or self.retries < 0:
             raise ConfigurationError(f"retries: must be an integer >= 0, got {self.retries!r}")
         for name in ("queue_timeout_s", "breaker_open_s", "stall_s", "health_interval_s", "drain_budget_s",
-                     "engine_interval_s"):
+                     "engine_interval_s", "read_timeout_s"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not value > 0:
                 raise ConfigurationError(f"{name}: must be a number of seconds > 0, got {value!r}")
-        for name in ("ttft_bound_s", "request_timeout_s", "drain_idle_s", "drain_max_inflight_s"):
+        for name in ("ttft_bound_s", "request_timeout_s", "drain_idle_s", "drain_max_inflight_s", "idle_timeout_s"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int | float) or not value > 0):
                 raise ConfigurationError(f"{name}: must be a number of seconds > 0 or off, got {value!r}")

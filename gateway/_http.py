@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, SupportsIndex, cast
@@ -37,9 +38,9 @@ HOP_BY_HOP = frozenset({
 """Headers that describe one connection, never forwarded (``content-length`` and ``host`` are rewritten)."""
 
 STATUS_TEXT = {200: "OK", 202: "Accepted", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-               409: "Conflict", 411: "Length Required", 413: "Content Too Large", 429: "Too Many Requests",
-               431: "Request Header Fields Too Large", 500: "Internal Server Error", 502: "Bad Gateway",
-               503: "Service Unavailable", 504: "Gateway Timeout"}
+               408: "Request Timeout", 409: "Conflict", 411: "Length Required", 413: "Content Too Large",
+               429: "Too Many Requests", 431: "Request Header Fields Too Large", 500: "Internal Server Error",
+               502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
 
 
 class HttpError(Exception):
@@ -146,6 +147,9 @@ class FrontConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.responder: Responder | None = None
+        self.since = time.monotonic()
+        """When this connection last went idle, or when the first byte of the request being read came (monotonic
+        seconds): :meth:`expire`'s reference."""
 
     # ---- asyncio.Protocol ---------------------------------------------------------------------------------
 
@@ -157,6 +161,8 @@ class FrontConnection(asyncio.Protocol):
             self._on_open(self)
 
     def data_received(self, data: bytes) -> None:
+        if not self._buf and not self._busy and self._pending is None:
+            self.since = time.monotonic()  # a request's first byte
         self._buf += data
         if len(self._buf) > MAX_HEAD_BYTES + self._max_body + 1024:
             assert self.transport is not None
@@ -244,9 +250,25 @@ class FrontConnection(asyncio.Protocol):
                 responder.close()
             elif not self.closed:
                 assert self.transport is not None
+                self.since = time.monotonic()  # idle from now (or reading the request that came meanwhile)
                 self.transport.resume_reading()
                 if self._buf and not self._starting:  # (while starting, _next's loop goes on)
                     self._next()
+
+    def expire(self, now: float, read_timeout_s: float, idle_timeout_s: float | None) -> str | None:
+        """Close this connection if its client is late (``now``: monotonic seconds): ``read`` when a request began
+        more than ``read_timeout_s`` ago and is still not all in (answered 408), ``idle`` when no request has been
+        on it for ``idle_timeout_s`` (None: never). None when it stays: a request being answered never expires."""
+        if self._busy or self.closed or self.transport is None or self.transport.is_closing():
+            return None
+        if self._buf or self._pending is not None:
+            if now - self.since > read_timeout_s:
+                self._fail(HttpError(408, f"request: not all of it came within {read_timeout_s:g} s of its start"))
+                return "read"
+        elif idle_timeout_s is not None and now - self.since > idle_timeout_s:
+            self.transport.close()
+            return "idle"
+        return None
 
     def _fail(self, exc: HttpError) -> None:
         responder = Responder(self)

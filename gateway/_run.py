@@ -29,6 +29,7 @@ import gc
 import json
 import logging
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -43,6 +44,8 @@ log = logging.getLogger("llmslo.gateway")
 
 _JSON = (b"content-type", b"application/json")
 ADMIN_BODY_BYTES = 64 * 1024
+SWEEP_S = 1.0
+"""How often the client connections are looked at for a late client, at most (seconds)."""
 HANDLERS_FINISH_S = 5.0
 """At the close, the longest wait for the requests still in flight to write their last events (seconds)."""
 
@@ -77,6 +80,7 @@ class Gateway:
         self._servers: list[asyncio.Server] = []
         self._conns: set[FrontConnection] = set()
         self._drains: set[asyncio.Task[DrainRecord]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
         self.stopped = asyncio.Event()
         self.port = config.port
         self.admin_port = config.admin_port
@@ -103,11 +107,26 @@ class Gateway:
         await asyncio.gather(*(self.pool.check_health(b) for b in self.pool.backends.values()))
         self.pool.start_health_checks()
         self.pool.start_engine_reads()
+        self._sweeper = loop.create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        """Close the client connections whose clients are late (:meth:`FrontConnection.expire`), every second or
+        every quarter of the shorter timeout: a request that never finishes arriving, a connection left idle."""
+        cfg = self.config
+        read_s, idle_s = cfg.read_timeout_s, cfg.idle_timeout_s
+        tick = min(SWEEP_S, read_s / 4, SWEEP_S if idle_s is None else idle_s / 4)
+        while True:
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            for conn in list(self._conns):
+                conn.expire(now, read_s, idle_s)
 
     async def close(self) -> None:
         """Stop listening, end what is in flight (``server_draining``), close every connection."""
         for server in self._servers:
             server.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         for task in self._drains:
             task.cancel()
         self.app.stopping = True
