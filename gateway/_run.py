@@ -119,7 +119,10 @@ class Gateway:
             await asyncio.sleep(tick)
             now = time.monotonic()
             for conn in list(self._conns):
-                conn.expire(now, read_s, idle_s)
+                try:
+                    conn.expire(now, read_s, idle_s)
+                except Exception:  # a bug: log it, and go on sweeping the others
+                    log.exception("closing a late client's connection failed")
 
     async def close(self) -> None:
         """Stop listening, end what is in flight (``server_draining``), close every connection."""
