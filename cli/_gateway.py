@@ -123,8 +123,8 @@ def run_gateway(
                                   "second, or a quarter of it if shorter); 'off' never.")] =
         "10m",
     read_timeout: Annotated[str, typer.Option(
-        "--read-timeout", help="A request's head and body must arrive within this long of its first byte, else "
-        "408 and the connection closes.")] = "30s",
+        "--read-timeout", help="A request's head and body must arrive within this long of their start, else "
+        "408 and the connection closes (checked every second).")] = "30s",
     idle_timeout: Annotated[str, typer.Option(
         "--idle-timeout", help="Close a client's connection with no request on it for this long; 'off' "
         "never.")] = "10m",

@@ -171,10 +171,11 @@ class GatewayConfig:
     """A request still in flight this long after its admission is ended ``deadline`` (None: off); checked every
     second, or every quarter of it when that is shorter, so it ends at most that much later."""
     read_timeout_s: float = 30.0
-    """A request's head and body must arrive within this long of its first byte, else it is answered 408 and its
-    connection closed (checked every second, or every quarter of it when that is shorter)."""
+    """A request's head and body must arrive within this long of its first bytes, else it is answered 408 and its
+    connection closed (one sweep every second, or every quarter of the shorter timeout when that is less: each
+    timeout ends up to one sweep late)."""
     idle_timeout_s: float | None = 600.0
-    """A client's connection with no request on it for this long is closed (None: never); checked as above."""
+    """A client's connection with no request on it for this long is closed (None: never); swept as above."""
     health_interval_s: float = 2.0
     engine_interval_s: float = 1.0
     """How often the ``/metrics`` of a backend with an ``engine`` is read; figures older than three of these are

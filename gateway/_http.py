@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, SupportsIndex, cast
@@ -126,6 +125,10 @@ def _parse_head(head: bytes, max_body: int) -> tuple[Request, int]:
                    version == b"HTTP/1.0"), length
 
 
+_BUSY, _IDLE, _READING = range(3)
+"""What a client connection is doing when a sweep looks: answering a request, waiting for one, reading one."""
+
+
 class FrontConnection(asyncio.Protocol):
     """One client connection (see the module docstring)."""
 
@@ -147,9 +150,10 @@ class FrontConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.responder: Responder | None = None
-        self.since = time.monotonic()
-        """When this connection last went idle, or when the first byte of the request being read came (monotonic
-        seconds): :meth:`expire`'s reference."""
+        self._swept = _BUSY
+        """What :meth:`expire` last found this connection doing (:data:`_IDLE`, :data:`_READING`), since
+        :attr:`_swept_at`; :data:`_BUSY` once a request starts (no clock is read on a request's path)."""
+        self._swept_at = 0.0
 
     # ---- asyncio.Protocol ---------------------------------------------------------------------------------
 
@@ -161,8 +165,6 @@ class FrontConnection(asyncio.Protocol):
             self._on_open(self)
 
     def data_received(self, data: bytes) -> None:
-        if not self._buf and not self._busy and self._pending is None:
-            self.since = time.monotonic()  # a request's first byte
         self._buf += data
         if len(self._buf) > MAX_HEAD_BYTES + self._max_body + 1024:
             assert self.transport is not None
@@ -203,6 +205,7 @@ class FrontConnection(asyncio.Protocol):
             if request is None:
                 return
             self._busy = True
+            self._swept = _BUSY
             self.responder = Responder(self, request)
             self._starting = True
             try:
@@ -246,26 +249,32 @@ class FrontConnection(asyncio.Protocol):
         finally:
             responder.on_close = None
             self._busy = False
-            if not request.keep_alive or not responder.complete:
+            if not responder.keep_alive or not responder.complete:
                 responder.close()
             elif not self.closed:
                 assert self.transport is not None
-                self.since = time.monotonic()  # idle from now (or reading the request that came meanwhile)
                 self.transport.resume_reading()
                 if self._buf and not self._starting:  # (while starting, _next's loop goes on)
                     self._next()
 
     def expire(self, now: float, read_timeout_s: float, idle_timeout_s: float | None) -> str | None:
-        """Close this connection if its client is late (``now``: monotonic seconds): ``read`` when a request began
-        more than ``read_timeout_s`` ago and is still not all in (answered 408), ``idle`` when no request has been
-        on it for ``idle_timeout_s`` (None: never). None when it stays: a request being answered never expires."""
+        """Close this connection if its client is late (``now``: monotonic seconds; called every sweep): ``read``
+        when the request being read has not all come ``read_timeout_s`` after a sweep first found it coming
+        (answered 408), ``idle`` when no request has been on it for ``idle_timeout_s`` since a sweep first found
+        it idle (None: never). A timeout thus ends up to one sweep's interval late. None when it stays: a request
+        being answered never expires."""
         if self._busy or self.closed or self.transport is None or self.transport.is_closing():
             return None
-        if self._buf or self._pending is not None:
-            if now - self.since > read_timeout_s:
-                self._fail(HttpError(408, f"request: not all of it came within {read_timeout_s:g} s of its start"))
+        state = _READING if self._buf or self._pending is not None else _IDLE
+        if state != self._swept:
+            self._swept, self._swept_at = state, now
+            return None
+        waited = now - self._swept_at
+        if state == _READING:
+            if waited > read_timeout_s:
+                self._fail(HttpError(408, f"request: not all of it came within {read_timeout_s:g} s"))
                 return "read"
-        elif idle_timeout_s is not None and now - self.since > idle_timeout_s:
+        elif idle_timeout_s is not None and waited > idle_timeout_s:
             self.transport.close()
             return "idle"
         return None
@@ -296,13 +305,22 @@ class Responder:
     client spoke HTTP/1.0 (then it goes as it is and the connection's close ends it). The answer to a HEAD request
     is the head alone."""
 
-    __slots__ = ("_conn", "_framing", "_request", "_transport", "complete", "on_close", "started")
+    __slots__ = ("_conn", "_framing", "_http10", "_transport", "complete", "keep_alive", "on_close", "started")
 
     def __init__(self, conn: FrontConnection, request: Request | None = None) -> None:
         self._conn = conn
         self._transport = conn.transport
-        self._request = request
-        self._framing = _NO_BODY if request is not None and request.method == "HEAD" else _CHUNKED
+        self._framing = _CHUNKED
+        self._http10 = False
+        self.keep_alive = True
+        """Whether the connection may serve another request after this response (the request's wish, unless the
+        response must end with the close)."""
+        if request is not None:
+            self.keep_alive = request.keep_alive
+            if request.http10:
+                self._http10 = True
+            if request.method == "HEAD":
+                self._framing = _NO_BODY
         self.started = False
         self.complete = False
         self.on_close: Callable[[], None] | None = None
@@ -314,8 +332,7 @@ class Responder:
 
     def _kept_alive(self) -> bytes:
         """The header an HTTP/1.0 client that asked to keep its connection needs to know it is kept."""
-        request = self._request
-        return b"connection: keep-alive\r\n" if request is not None and request.http10 and request.keep_alive else b""
+        return b"connection: keep-alive\r\n" if self._http10 and self.keep_alive else b""
 
     def send(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
         """A whole response (``Content-Length`` added)."""
@@ -329,14 +346,13 @@ class Responder:
         """The head of a streamed response: its body of ``length`` bytes when given, else of a length not known
         yet (chunked; for an HTTP/1.0 client, ended by the connection's close)."""
         self.started = True
-        request = self._request
         if length is not None:
             framing = self._kept_alive() + b"content-length: %d\r\n" % length
             if self._framing != _NO_BODY:
                 self._framing = _LENGTH
-        elif request is not None and request.http10:
+        elif self._http10:
             framing = b"connection: close\r\n"
-            request.keep_alive = False
+            self.keep_alive = False
             if self._framing != _NO_BODY:
                 self._framing = _CLOSE
         else:
