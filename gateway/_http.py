@@ -281,6 +281,7 @@ class FrontConnection(asyncio.Protocol):
 
     def _fail(self, exc: HttpError) -> None:
         responder = Responder(self)
+        responder.keep_alive = False
         body = error_body(exc.message, "invalid_request_error", exc.status)
         responder.send(exc.status, [(b"content-type", b"application/json")], body)
         responder.close()
@@ -330,14 +331,17 @@ class Responder:
         """Whether the client has gone."""
         return self._conn.closed
 
-    def _kept_alive(self) -> bytes:
-        """The header an HTTP/1.0 client that asked to keep its connection needs to know it is kept."""
-        return b"connection: keep-alive\r\n" if self._http10 and self.keep_alive else b""
+    def _persistence(self) -> bytes:
+        """The ``Connection`` header the response needs: ``close`` when the connection closes after it (RFC 9112,
+        9.6), ``keep-alive`` for an HTTP/1.0 client whose connection is kept (its default is the close)."""
+        if not self.keep_alive:
+            return b"connection: close\r\n"
+        return b"connection: keep-alive\r\n" if self._http10 else b""
 
     def send(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
         """A whole response (``Content-Length`` added)."""
         self.started = True
-        head = _head(status, headers) + self._kept_alive() + b"content-length: %d\r\n\r\n" % len(body)
+        head = _head(status, headers) + self._persistence() + b"content-length: %d\r\n\r\n" % len(body)
         if not self._conn.closed and self._transport is not None:
             self._transport.write(head if self._framing == _NO_BODY else head + body)
         self.complete = True
@@ -347,18 +351,18 @@ class Responder:
         yet (chunked; for an HTTP/1.0 client, ended by the connection's close)."""
         self.started = True
         if length is not None:
-            framing = self._kept_alive() + b"content-length: %d\r\n" % length
+            framing = b"content-length: %d\r\n" % length
             if self._framing != _NO_BODY:
                 self._framing = _LENGTH
         elif self._http10:
-            framing = b"connection: close\r\n"
+            framing = b""
             self.keep_alive = False
             if self._framing != _NO_BODY:
                 self._framing = _CLOSE
         else:
             framing = b"transfer-encoding: chunked\r\n"
         if not self._conn.closed and self._transport is not None:
-            self._transport.write(_head(status, headers) + framing + b"\r\n")
+            self._transport.write(_head(status, headers) + self._persistence() + framing + b"\r\n")
 
     async def write_chunk(self, data: bytes) -> None:
         """One part of the body (empty data: nothing); waits while the client reads too slowly."""

@@ -134,3 +134,22 @@ def test_a_head_request_is_answered_by_its_head_alone() -> None:
         assert got[0] == 200 and json.loads(got[2]) == {"status": "ok"}
 
     run(go())
+
+
+def test_a_response_on_a_connection_that_closes_after_it_says_so() -> None:
+    async def go() -> None:
+        async with running([ScriptedBackend()]) as (gw, _):
+            reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+            writer.write(request("POST", "/v1/completions", completion("script:tokens=2", stream=True), "1.1",
+                                 "connection: close"))
+            status, headers, raw = await read_response(reader)
+            rest = await asyncio.wait_for(reader.read(), 5)  # then the gateway closes it
+            writer.close()
+            reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+            writer.write(b"GARBAGE\r\n\r\n")
+            refused = await read_response(reader)
+            writer.close()
+        assert status == 200 and headers[b"connection"] == b"close" and raw.endswith(b"0\r\n\r\n") and rest == b""
+        assert refused[0] == 400 and refused[1][b"connection"] == b"close"
+
+    run(go())

@@ -45,7 +45,7 @@ def test_a_request_that_never_finishes_arriving_is_answered_408_and_closed(part:
             writer.write(data[:30] if part == "head" else data[:-10])
             answer = await until_closed(reader)
             writer.close()
-        assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+        assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n") and b"\r\nconnection: close\r\n" in answer
         assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]["message"] == (
             "request: not all of it came within 0.2 s")
         assert b.seen == [] and rows == []  # never a request: nothing forwarded, no summary
