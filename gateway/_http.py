@@ -6,7 +6,10 @@ handler as a :class:`Request`, and lets the handler answer through :class:`Respo
 hangs up at once (``connection_lost``), whatever the handler is waiting for, and tells the handler through
 :attr:`Responder.on_close`. Writes honour the transport's flow control: once the kernel and
 :data:`WRITE_HIGH_BYTES` of the transport's buffer are full, :meth:`Responder.write_chunk` waits for the client
-to read, so a client that never reads holds at most that much memory.
+to read, so a client that never reads holds at most that much memory. A body of known length goes after its
+``Content-Length``, one of unknown length chunked (to an HTTP/1.0 client: ended by the close), and a HEAD request
+gets the head alone. A client that is late (a request that never finishes arriving, a connection left idle) is
+closed by :meth:`FrontConnection.expire`, which the server calls from one periodic sweep.
 
 The upstream side opens plain TCP connections (kept alive per backend by :class:`UpstreamPool`), writes a request
 and reads the response head with :class:`asyncio.StreamReader`; :class:`ChunkedDecoder` cuts a chunked body into
