@@ -173,7 +173,7 @@ class GatewayConfig:
     read_timeout_s: float = 30.0
     """A request's head and body must arrive within this long of its first bytes, else it is answered 408 and its
     connection closed (one sweep every second, or every quarter of the shorter timeout when that is less: each
-    timeout ends up to one sweep late)."""
+    timeout ends up to two sweeps late)."""
     idle_timeout_s: float | None = 600.0
     """A client's connection with no request on it for this long is closed (None: never); swept as above."""
     health_interval_s: float = 2.0

@@ -264,8 +264,8 @@ class FrontConnection(asyncio.Protocol):
         """Close this connection if its client is late (``now``: monotonic seconds; called every sweep): ``read``
         when the request being read has not all come ``read_timeout_s`` after a sweep first found it coming
         (answered 408), ``idle`` when no request has been on it for ``idle_timeout_s`` since a sweep first found
-        it idle (None: never). A timeout thus ends up to one sweep's interval late. None when it stays: a request
-        being answered never expires."""
+        it idle (None: never). A timeout thus ends up to two sweeps' intervals late (one to notice, one to
+        act). None when it stays: a request being answered never expires."""
         if self._busy or self.closed or self.transport is None or self.transport.is_closing():
             return None
         state = _READING if self._buf or self._pending is not None else _IDLE
