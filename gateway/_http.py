@@ -260,27 +260,22 @@ class FrontConnection(asyncio.Protocol):
                 if self._buf and not self._starting:  # (while starting, _next's loop goes on)
                     self._next()
 
-    def expire(self, now: float, read_timeout_s: float, idle_timeout_s: float | None) -> str | None:
-        """Close this connection if its client is late (``now``: monotonic seconds; called every sweep): ``read``
-        when the request being read has not all come ``read_timeout_s`` after a sweep first found it coming
-        (answered 408), ``idle`` when no request has been on it for ``idle_timeout_s`` since a sweep first found
-        it idle (None: never). A timeout thus ends up to two sweeps' intervals late (one to notice, one to
-        act). None when it stays: a request being answered never expires."""
+    def expire(self, now: float, read_timeout_s: float, idle_timeout_s: float | None) -> None:
+        """Close this connection if its client is late (``now``: monotonic seconds; called every sweep): answer 408
+        when the request being read has not all come ``read_timeout_s`` after a sweep first found it coming; close
+        it when no request has been on it for ``idle_timeout_s`` (None: never) since a sweep first found it idle.
+        A timeout thus ends up to two sweeps' intervals late (one to notice, one to act). A request being answered
+        never expires."""
         if self._busy or self.closed or self.transport is None or self.transport.is_closing():
-            return None
+            return
         state = _READING if self._buf or self._pending is not None else _IDLE
         if state != self._swept:
             self._swept, self._swept_at = state, now
-            return None
-        waited = now - self._swept_at
-        if state == _READING:
-            if waited > read_timeout_s:
+        elif state == _READING:
+            if now - self._swept_at > read_timeout_s:
                 self._fail(HttpError(408, f"request: not all of it came within {read_timeout_s:g} s"))
-                return "read"
-        elif idle_timeout_s is not None and waited > idle_timeout_s:
+        elif idle_timeout_s is not None and now - self._swept_at > idle_timeout_s:
             self.transport.close()
-            return "idle"
-        return None
 
     def _fail(self, exc: HttpError) -> None:
         responder = Responder(self)

@@ -593,9 +593,8 @@ class GatewayApp:
         headers = [(k, v) for k, v in resp.headers if k not in HOP_BY_HOP and k != b"x-request-id"]
         headers.append((b"x-request-id", rid.encode()))
         headers.append((b"x-llmslo-backend", b.id.encode()))
-        # a body of known length the gateway passes on unchanged keeps its length (it withholds the usage event
-        # it asked for on the client's behalf only from a stream, which is chunked)
-        res.start(resp.status, headers, None if p.injected_usage and obs.kind == SSE else resp.length)
+        # a body the gateway passes on unchanged keeps its announced length
+        res.start(resp.status, headers, None if _withholds_usage(p, obs) else resp.length)
         outcome = await self._pass(b, conn, resp, res, t, p, ex, obs)
         if outcome == "complete" and resp.keep_alive and ex.ended_by is None:
             ex.conn = None  # kept alive for the next request: nothing may close it on this one's behalf
@@ -714,7 +713,7 @@ class _Pump:
         self.decoder = ChunkedDecoder() if resp.chunked else None
         self.left = resp.length
         self.until_eof = self.decoder is None and self.left is None
-        self.strip = _UsageStripper() if p.injected_usage and obs.kind == SSE else None
+        self.strip = _UsageStripper() if _withholds_usage(p, obs) else None
         self.send_count = t.send
         self.first = True
         self.last_ns = 0
@@ -797,6 +796,12 @@ class _Pump:
         if done:
             self.complete = self.ended = True
             self._wake()
+
+
+def _withholds_usage(p: _Parsed, obs: ReplyObserver) -> bool:
+    """Whether the reply's body is changed on its way: the usage event the gateway asked for on the client's behalf
+    (a stream that did not ask) is withheld from it."""
+    return p.injected_usage and obs.kind == SSE
 
 
 class _UsageStripper:

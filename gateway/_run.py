@@ -39,6 +39,7 @@ from llmslo.gateway._http import FrontConnection, Request, Responder, error_body
 from llmslo.gateway._pool import Backend
 from llmslo.gateway._proxy import GatewayApp
 from llmslo.telemetry import ConfigurationError, Telemetry
+from llmslo.telemetry._guard import never_raising
 
 log = logging.getLogger("llmslo.gateway")
 
@@ -75,7 +76,8 @@ class Gateway:
         self.tel = tel
         self.app = GatewayApp(config, tel)
         self.pool = self.app.pool
-        self._say = say
+        self.say = never_raising(say)
+        """Log one line through the ``say`` given (none: nothing); a line that cannot be written is dropped."""
         self.result = GatewayResult()
         self._servers: list[asyncio.Server] = []
         self._conns: set[FrontConnection] = set()
@@ -84,13 +86,6 @@ class Gateway:
         self.stopped = asyncio.Event()
         self.port = config.port
         self.admin_port = config.admin_port
-
-    def say(self, line: str) -> None:
-        """Log one line through the ``say`` given (none: nothing). A line that cannot be written (its stream
-        closed: a broken pipe) is dropped: the gateway's own work, a drain above all, never stops for its log."""
-        if self._say is not None:
-            with contextlib.suppress(Exception):
-                self._say(line)
 
     async def start(self) -> None:
         """Listen (front and admin), start the health checks and the reads of the engines' own load."""

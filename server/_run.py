@@ -48,6 +48,7 @@ from llmslo.telemetry import (
     recover_journal,
 )
 from llmslo.telemetry._files import create_temporary
+from llmslo.telemetry._guard import never_raising, silent
 
 if TYPE_CHECKING:
     import uvicorn
@@ -185,7 +186,7 @@ def run_server(config: ServerConfig, *, writer: SummaryWriter | None = None,
     needs none). Raises ``OSError`` when the socket cannot be bound and :class:`JournalError` when the
     journal cannot be recovered or opened (nothing else started then).
     """
-    say = _never_raising(say) if say is not None else _silent
+    say = never_raising(say)
     sock = listening_socket(config.host, config.port, config.send_buffer)
     try:
         report = recover_at_start(config, writer, stored)
@@ -201,19 +202,6 @@ def run_server(config: ServerConfig, *, writer: SummaryWriter | None = None,
         return result
     finally:
         sock.close()
-
-
-def _silent(_: str) -> None:
-    pass
-
-
-def _never_raising(say: Callable[[str], None]) -> Callable[[str], None]:
-    """``say``, with a line it cannot write dropped: the drain a signal starts never stops for its log."""
-    def guarded(line: str) -> None:
-        with contextlib.suppress(Exception):
-            say(line)
-
-    return guarded
 
 
 def _duration(seconds: float | None) -> str:
@@ -238,7 +226,7 @@ class _Run:
     """
 
     def __init__(self, config: ServerConfig, app: ServerApp, server: uvicorn.Server, result: RunResult,
-                 say: Callable[[str], None] = _silent) -> None:
+                 say: Callable[[str], None] = silent) -> None:
         self.config = config
         self.app = app
         self.server = server
@@ -309,7 +297,7 @@ class _Run:
         ended = sum(record.ended_by_reason.values())
         own = f"{ended} finished on {'its' if ended == 1 else 'their'} own"
         if record.decision == "return_to_pool":
-            if self.say is _silent:
+            if self.say is silent:
                 log.warning("drain budget spent with %d requests in flight: back in the pool, still serving",
                             record.remaining)
             self.say(f"drain budget spent after {record.actual_drain_s:.2f}s: {closed}, {own}; "
@@ -327,7 +315,7 @@ class _Run:
 
 
 async def _serve(config: ServerConfig, sock: socket.socket, writer: SummaryWriter | None,
-                 on_ready: Callable[[str], None], say: Callable[[str], None] = _silent,
+                 on_ready: Callable[[str], None], say: Callable[[str], None] = silent,
                  journal: Journal | None = None) -> RunResult:
     import uvicorn
 

@@ -6,6 +6,7 @@ An exception raised inside llmslo is caught, counted and logged at most once per
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
@@ -81,3 +82,20 @@ class Guard:
     def error_count(self) -> int:
         """Exceptions caught so far, all sites together."""
         return sum(self.errors.values())
+
+
+def never_raising(say: Callable[[str], None] | None) -> Callable[[str], None]:
+    """A server's ``say`` (its progress lines; None: none), with a line it cannot write dropped: a server's own
+    work, a drain above all, never stops for its log (a standard error whose reader has gone raises)."""
+    if say is None:
+        return silent
+
+    def guarded(line: str) -> None:
+        with contextlib.suppress(Exception):
+            say(line)
+
+    return guarded
+
+
+def silent(_: str) -> None:
+    """The ``say`` of a server given none: every line dropped."""

@@ -48,15 +48,22 @@ def completion(prompt: str, stream: bool) -> dict[str, object]:
     return {"model": "m", "prompt": prompt, "max_tokens": 4, "stream": stream}
 
 
+async def one_connection(port: int, *requests: bytes) -> list[tuple[int, dict[bytes, bytes], bytes]]:
+    """Each request on one connection in turn, the next written once the last response was read whole."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    answers = []
+    for data in requests:
+        writer.write(data)
+        answers.append(await read_response(reader))
+    writer.close()
+    return answers
+
+
 def test_a_reply_of_known_length_keeps_it_and_its_bytes_and_the_connection_serves_the_next() -> None:
     async def go() -> None:
         async with running([ScriptedBackend()]) as (gw, rows):
-            reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
-            replies = []
-            for _ in range(2):
-                writer.write(request("POST", "/v1/completions", completion("script:tokens=3", stream=False)))
-                replies.append(await read_response(reader))
-            writer.close()
+            one = request("POST", "/v1/completions", completion("script:tokens=3", stream=False))
+            replies = await one_connection(gw.port, one, one)
             await asyncio.sleep(0.05)
         for status, headers, body in replies:
             assert status == 200 and b"transfer-encoding" not in headers
@@ -70,12 +77,10 @@ def test_a_reply_of_known_length_keeps_it_and_its_bytes_and_the_connection_serve
 def test_bytes_a_backend_sends_past_the_length_it_announced_never_reach_the_client() -> None:
     async def go() -> None:
         async with running([ScriptedBackend()]) as (gw, rows):
-            reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
-            writer.write(request("POST", "/v1/completions", completion("script:tokens=3,overrun=40", stream=False)))
-            first = await read_response(reader)
-            writer.write(request("POST", "/v1/completions", completion("script:tokens=2", stream=False)))
-            second = await read_response(reader)  # the stray bytes would have been read as this response's start
-            writer.close()
+            # the stray bytes would have been read as the second response's start
+            first, second = await one_connection(
+                gw.port, request("POST", "/v1/completions", completion("script:tokens=3,overrun=40", stream=False)),
+                request("POST", "/v1/completions", completion("script:tokens=2", stream=False)))
             await asyncio.sleep(0.05)
         assert first[0] == second[0] == 200 and [r["finish_reason"] for r in rows] == ["length", "length"]
         assert json.loads(first[2])["usage"]["completion_tokens"] == 3 and b"xxx" not in first[2]
@@ -104,13 +109,9 @@ def test_an_http10_client_gets_its_stream_unframed_and_ended_by_the_close() -> N
 def test_an_http10_client_that_keeps_its_connection_is_told_so_and_served_again() -> None:
     async def go() -> None:
         async with running([ScriptedBackend()]) as (gw, _):
-            reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
-            answers = []
-            for _ in range(2):
-                writer.write(request("POST", "/v1/completions", completion("script:tokens=2", stream=False), "1.0",
-                                     "connection: keep-alive"))
-                answers.append(await read_response(reader))
-            writer.close()
+            one = request("POST", "/v1/completions", completion("script:tokens=2", stream=False), "1.0",
+                          "connection: keep-alive")
+            answers = await one_connection(gw.port, one, one)
         for status, headers, body in answers:
             assert status == 200 and headers[b"connection"] == b"keep-alive" and b"transfer-encoding" not in headers
             assert json.loads(body)["usage"]["completion_tokens"] == 2
