@@ -11,7 +11,7 @@ TTFT's tail. Both cases run in this process, on the event loop the gateway runs 
   the head, the JSON body, the tracker, admission and shedding, the breaker and the route, the backend's request
   written on a kept-alive connection (a stand-in that counts the writes and never answers);
 - **floor** (the baseline): the same front connection with a handler that only builds the backend's request
-  from the parsed head and body and writes it.
+  from the head's lines as they came and the body, and writes it.
 
 Requests start ``--in-flight`` at a time: each group is started (timed: thread CPU time), then ended (untimed: the
 handlers cancelled, their trackers finished), so the garbage collector sees as many requests alive as a gateway
@@ -21,7 +21,9 @@ the collector's reach (``settle_heap``); the collector stays on (its share is pa
 
 ``--parts`` also times the parts of a start each alone (``timeit``, the best of 5 rounds, on the same gateway's
 objects: the head's parse, the body's parse and checks, a tracker started and finished, the route, the breaker's
-decision), and the gateway's case again with the garbage collector off (its share of a start).
+decision), the one sizeable part of a request's end (the backend's concurrency limit taking the reply's sample: its
+TTFT and the median of its gaps, for replies of 20 and 200 chunks), and the gateway's case again with the garbage
+collector off (its share of a start).
 
 Run: ``.venv/bin/python -m llmslo.bench.bench_gateway_start --requests 5000 --repeats 5 [--parts]``
 """
@@ -123,10 +125,13 @@ def _gateway(backend: Backend) -> Gateway:
     return gw
 
 
+_NONE: frozenset[bytes] = frozenset()
+
+
 def _floor_handler(backend: Backend) -> Callable[[Request, Responder], Any]:
     async def handle(req: Request, res: Responder) -> None:
         head = b"%s %s HTTP/1.1\r\n" % (req.method.encode(), req.target.encode("latin-1"))
-        backend.write(head + b"".join(b"%s: %s\r\n" % kv for kv in req.headers) + b"\r\n" + req.body)
+        backend.write(head + req.header_lines(_NONE) + b"\r\n" + req.body)
         await backend.readuntil(b"\r\n\r\n")
 
     return handle
@@ -187,12 +192,19 @@ async def _parts(number: int) -> dict[str, float]:
     def tracker() -> None:
         app.tel.start(rid, model="bench-model", prompt_tokens=50).finish("error", error_type="bench")
 
+    short, long = ([0.03 + 0.0001 * (i % 7) for i in range(n - 1)] for n in (20, 200))  # a reply's gaps, s
+
+    def sample(gaps: list[float]) -> Callable[[], object]:
+        return lambda: backend.limit.observe(ttft_s=0.05, prompt_tokens=50, gaps_s=gaps)
+
     cases: dict[str, Callable[[], object]] = {
         "the head's parse": lambda: _parse_head(head, 1 << 20),
         "the body's parse and checks": lambda: app._parse(req),
         "a tracker, started and finished": tracker,
         "the route (a backend picked)": lambda: app.pool.pick("bench-model", frozenset(), 500),
         "the breaker's decision": backend.breaker.allow,
+        "at the end: the limit's sample, 20 chunks": sample(short),
+        "at the end: the limit's sample, 200 chunks": sample(long),
     }
     out = {name: min(timeit.repeat(f, number=number, repeat=5)) / number * 1e6 for name, f in cases.items()}
     gw.tel.registry.unregister(gw.tel.metrics)
@@ -241,7 +253,8 @@ def print_parts(requests: int, repeats: int, in_flight: int, gateway_ns: float) 
         gc.enable()
     rows: list[list[object]] = [[name, us] for name, us in parts().items()]
     rows.append(["the garbage collector, per start", (gateway_ns - median(off)) / 1000])
-    print("Parts of a start, each timed alone (us per call, the best of 5 rounds); the collector's share: the "
+    print("Parts of a start, each timed alone (us per call, the best of 5 rounds), and the concurrency limit's "
+          "sample of a reply at its end; the collector's share: the "
           f"gateway's case with it on ({gateway_ns / 1000:.1f} us) less with it off ({median(off) / 1000:.1f} us)")
     print(table(["part", "us"], rows))
 

@@ -26,7 +26,14 @@ from dataclasses import dataclass
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmslo.engines import EngineProfile, Series
-from llmslo.gateway._http import ChunkedDecoder, UpstreamError, UpstreamPool, UpstreamResponse, send_request
+from llmslo.gateway._http import (
+    ChunkedDecoder,
+    UpstreamError,
+    UpstreamPool,
+    UpstreamResponse,
+    header_block,
+    send_request,
+)
 
 STALE_INTERVALS = 3
 """Figures older than this many read intervals are ignored in routing."""
@@ -189,7 +196,7 @@ class EngineLoad:
         conn, _ = await self._upstream.acquire()
         try:
             resp = await send_request(conn, "GET", self.path, self._authority,
-                                      [(b"accept", b"text/plain"), (b"connection", b"close")], b"")
+                                      header_block([(b"accept", b"text/plain"), (b"connection", b"close")]), b"")
             if resp.status != 200:
                 raise EngineReadError(f"answered {resp.status}, not 200")
             body = await _read_body(conn.reader, resp, MAX_METRICS_BYTES)

@@ -80,10 +80,23 @@ class Request(_Headed):
     keep_alive: bool = True
     http10: bool = False
     """Whether the request line said HTTP/1.0: its response is never chunked (RFC 9112, 7.1)."""
+    lines: list[bytes] = field(default_factory=list)
+    """The header lines as received (without their CRLF), one per item of :attr:`headers`."""
+    connection_options: frozenset[bytes] = frozenset()
+    """The header names (lower case) the ``Connection`` header lists besides ``close`` and ``keep-alive``: they
+    describe the client's connection only, and a proxy removes them (RFC 9110, 7.6.1)."""
+
+    def header_lines(self, drop: frozenset[bytes]) -> bytes:
+        """The header lines as received, each ending in CRLF, but those whose (lower-case) name is in ``drop``:
+        what a proxy passes on, without formatting each header again."""
+        kept = [line for (key, _), line in zip(self.headers, self.lines, strict=True) if key not in drop]
+        return b"\r\n".join(kept) + b"\r\n" if kept else b""
 
 
 Handler = Callable[[Request, "Responder"], Awaitable[None]]
 
+
+_NO_OPTIONS: frozenset[bytes] = frozenset()
 
 _HEAD_FIELDS = frozenset({b"content-length", b"transfer-encoding", b"connection"})
 """The request headers the head parser itself reads."""
@@ -93,12 +106,18 @@ def _parse_head(head: bytes, max_body: int) -> tuple[Request, int]:
     """The request of a head (without its final blank line) and the body length it announces. Read as bytes:
     header names lower-cased, values without the whitespace around them."""
     lines = head.split(b"\r\n")
+    ends = len(lines) - 1
+    if head.count(b"\n") != ends or head.count(b"\r") != ends or b"\0" in head:
+        # a backend that reads a bare LF as a line's end would see a header the gateway never read
+        bad = next(line for line in lines if b"\n" in line or b"\r" in line or b"\0" in line)
+        raise HttpError(400, f"request head: a CR, LF or NUL byte inside a line: {bad[:80].decode('latin-1')!r}")
     parts = lines[0].split(b" ")
     if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
         shown = lines[0][:80].decode("latin-1")
         raise HttpError(400, f"request line: expected 'METHOD /path HTTP/1.1', got {shown!r}")
     method, target, version = parts
     headers: list[tuple[bytes, bytes]] = []
+    named: set[bytes] = set()
     length = 0
     keep_alive = version == b"HTTP/1.1"
     for line in lines[1:]:
@@ -121,11 +140,19 @@ def _parse_head(head: bytes, max_body: int) -> tuple[Request, int]:
                     keep_alive = False
                 elif low == b"keep-alive":
                     keep_alive = True
+                else:  # a list of options, e.g. "keep-alive, Upgrade": headers only for this connection
+                    options = {t.strip() for t in low.split(b",")} - {b""}
+                    if b"close" in options:
+                        keep_alive = False
+                    elif b"keep-alive" in options:
+                        keep_alive = True
+                    named |= options - {b"close", b"keep-alive"}
     if length > max_body:
         raise HttpError(413, f"body: {length} bytes is more than the limit of {max_body} bytes")
     text = target.decode("latin-1")
+    del lines[0]
     return Request(method.decode("latin-1"), text, text.partition("?")[0], headers, b"", keep_alive,
-                   version == b"HTTP/1.0"), length
+                   version == b"HTTP/1.0", lines, frozenset(named) if named else _NO_OPTIONS), length
 
 
 _BUSY, _IDLE, _READING = range(3)
@@ -546,16 +573,19 @@ class UpstreamPool:
         self._idle.clear()
 
 
-async def send_request(conn: UpstreamConnection, method: str, target: str, host: str,
-                       headers: list[tuple[bytes, bytes]], body: bytes) -> UpstreamResponse:
-    """Write a request on ``conn`` and read the response head. Raises :class:`UpstreamError`."""
-    lines = [b"%s %s HTTP/1.1\r\nhost: %s\r\ncontent-length: %d\r\n" % (
-        method.encode(), target.encode("latin-1"), host.encode(), len(body))]
-    lines += [b"%s: %s\r\n" % kv for kv in headers]
-    lines.append(b"\r\n")
-    lines.append(body)
+def header_block(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """``Name: value`` lines, each ending in CRLF, one per pair: the ``headers`` of :func:`send_request`."""
+    return b"".join([b"%s: %s\r\n" % kv for kv in headers])
+
+
+async def send_request(conn: UpstreamConnection, method: str, target: str, host: str, headers: bytes,
+                       body: bytes) -> UpstreamResponse:
+    """Write a request on ``conn`` and read the response head. ``headers``: its header lines besides ``host`` and
+    ``content-length``, each ending in CRLF (:func:`header_block`, :meth:`Request.header_lines`). Raises
+    :class:`UpstreamError`."""
     try:
-        conn.writer.write(b"".join(lines))
+        conn.writer.write(b"%s %s HTTP/1.1\r\nhost: %s\r\ncontent-length: %d\r\n%s\r\n%s" % (
+            method.encode(), target.encode("latin-1"), host.encode(), len(body), headers, body))
         head = await conn.reader.readuntil(b"\r\n\r\n")
     except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
         raise UpstreamError(f"no response: {exc or type(exc).__name__}") from exc

@@ -314,7 +314,7 @@ class Pool:
         conn, _ = await backend.upstream.acquire()
         try:
             resp = await asyncio.wait_for(send_request(conn, "GET", path, f"{backend.spec.host}:{backend.spec.port}",
-                                                       [], b""), HEALTH_TIMEOUT_S)
+                                                       b"", b""), HEALTH_TIMEOUT_S)
             if resp.length is not None:
                 body = await asyncio.wait_for(conn.reader.readexactly(min(resp.length, MAX_SMALL_BODY)),
                                               HEALTH_TIMEOUT_S)

@@ -398,13 +398,13 @@ class GatewayApp:
                 t.reject("draining")
             self._refuse(res, rid, Decision.refuse("draining", DRAINING_RETRY_AFTER_S, "the gateway is draining"))
             return
-        key = _budget_key(req, t.tenant_class)
         outputs = self.output_estimate(p.model)
-        quantile = self.config.budget.reserve_quantile
-        output = p.max_tokens if quantile is None else outputs.expected(p.max_tokens, quantile)
-        reserved = p.prompt_tokens + output
         limiter = self.limiter
         if limiter is not None:
+            key = _budget_key(req, t.tenant_class)
+            quantile = self.config.budget.reserve_quantile
+            output = p.max_tokens if quantile is None else outputs.expected(p.max_tokens, quantile)
+            reserved = p.prompt_tokens + output
             decision = limiter.check(key, prompt_tokens=p.prompt_tokens, max_tokens=output, tracker=t,
                                      model=p.model)
             if not decision.admitted:
@@ -558,8 +558,8 @@ class GatewayApp:
 
     async def _open(self, b: Backend, req: Request, rid: str, p: _Parsed,
                     ex: _Exchange) -> tuple[UpstreamConnection, UpstreamResponse]:
-        headers = [(k, v) for k, v in req.headers if k not in HOP_BY_HOP and k != b"x-request-id"]
-        headers.append((b"x-request-id", rid.encode()))
+        drop = _NOT_FORWARDED | req.connection_options if req.connection_options else _NOT_FORWARDED
+        headers = req.header_lines(drop) + b"x-request-id: %s\r\n" % rid.encode()
         host = f"{b.spec.host}:{b.spec.port}"
         for attempt in range(2):  # a kept-alive connection the backend closed meanwhile: once more, fresh
             conn, reused = await b.upstream.acquire()
@@ -847,6 +847,11 @@ async def _read_small(conn: UpstreamConnection, resp: UpstreamResponse) -> bytes
         return await asyncio.wait_for(conn.reader.read(MAX_ERROR_BYTES), 2.0)
     except (OSError, TimeoutError, asyncio.IncompleteReadError):
         return b""
+
+
+_NOT_FORWARDED = HOP_BY_HOP | {b"x-request-id"}
+"""A request's headers not passed on as they came (the gateway writes its own ``x-request-id``); nor are those its
+``Connection`` header names (:attr:`Request.connection_options`)."""
 
 
 def _budget_key(req: Request, tenant_class: str) -> str:

@@ -33,6 +33,8 @@ class Seen:
     body: dict[str, object]
     cancelled: bool = False
     chunks_sent: int = 0
+    head: bytes = b""
+    """The request's head as it came (without its blank line)."""
 
 
 @dataclass
@@ -86,7 +88,7 @@ class ScriptedBackend:
                         k, v = line.split(":", 1)
                         headers[k.strip().lower()] = v.strip()
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
-                if not await self._answer(method, path, headers, body, reader, writer):
+                if not await self._answer(method, path, headers, body, reader, writer, head[:-4]):
                     return
         finally:
             self._conns.discard(writer)
@@ -94,7 +96,7 @@ class ScriptedBackend:
             writer.transport.abort()
 
     async def _answer(self, method: str, path: str, headers: dict[str, str], raw: bytes,
-                      reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+                      reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes) -> bool:
         if path == "/health":
             status = 200 if self.healthy else 503
             _write_whole(writer, status, b'{"status": "ok"}')
@@ -103,7 +105,7 @@ class ScriptedBackend:
             _write_whole(writer, 200, json.dumps({"object": "list", "data": [{"id": self.model}]}).encode())
             return True
         body = json.loads(raw)
-        seen = Seen(path, headers, body)
+        seen = Seen(path, headers, body, head=head)
         self.seen.append(seen)
         script = _script(body, headers.get("x-script"))
         if "status" in script:

@@ -32,13 +32,15 @@ def test_the_command_prints_both_cases_and_the_ratio() -> None:
     assert "floor: parse the head, write the request" in out.stdout and "beside the floor" in out.stdout
     assert re.search(r"gateway: parse, admit, route, write +\d+\.\d +\d+\.\d\dx$", out.stdout, re.M), out.stdout
     for part in ("the head's parse", "the body's parse and checks", "a tracker, started and finished",
-                 "the route (a backend picked)", "the breaker's decision", "the garbage collector, per start"):
+                 "the route (a backend picked)", "the breaker's decision", "the garbage collector, per start",
+                 "at the end: the limit's sample, 20 chunks", "at the end: the limit's sample, 200 chunks"):
         assert re.search(rf"^{re.escape(part)} +-?\d", out.stdout, re.M), (part, out.stdout)
 
 
 def test_each_part_of_a_start_is_timed() -> None:
     got = parts(200)
     assert list(got) == ["the head's parse", "the body's parse and checks", "a tracker, started and finished",
-                         "the route (a backend picked)", "the breaker's decision"]
+                         "the route (a backend picked)", "the breaker's decision",
+                         "at the end: the limit's sample, 20 chunks", "at the end: the limit's sample, 200 chunks"]
     assert all(us > 0 for us in got.values()), got
 

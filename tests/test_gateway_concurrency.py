@@ -186,6 +186,17 @@ def test_good_gaps_beside_bad_ones_still_count() -> None:
     assert limit.baselines == {PREFILL: None, DECODE: 0.04}   # the median of the three good gaps
 
 
+@pytest.mark.parametrize("gaps", [[0.05, math.nan, 0.02, 0.04], [math.nan, 0.05, 0.02, 0.04],
+                                  [0.05, 0.02, math.inf, 0.04], [0.05, 0.02, True, 0.04], (0.05, 0.02, 0.04)])
+def test_a_list_of_floats_is_checked_as_closely_as_any_other_sequence(gaps: list[float]) -> None:
+    """The gateway's own lists of floats take a shorter check: a NaN or inf anywhere in one, or a value of another
+    type, is still dropped and counted."""
+    limit = AdaptiveLimit(initial=5, window=1, clock=Clock())
+    limit.observe(ttft_s=None, prompt_tokens=100, gaps_s=gaps)
+    assert limit.ignored_values == (0 if isinstance(gaps, tuple) else 1)
+    assert limit.baselines == {PREFILL: None, DECODE: 0.04}   # the median of the three good gaps
+
+
 def test_a_request_without_a_first_token_gives_no_prefill_sample() -> None:
     limit = AdaptiveLimit(initial=5, window=4, clock=Clock())
     for _ in range(4):

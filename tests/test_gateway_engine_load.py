@@ -378,9 +378,9 @@ class MeteredBackend(ScriptedBackend):
         self.metrics_reads = 0
 
     async def _answer(self, method: str, path: str, headers: dict[str, str], raw: bytes,
-                      reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+                      reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes) -> bool:
         if path != "/metrics":
-            return await super()._answer(method, path, headers, raw, reader, writer)
+            return await super()._answer(method, path, headers, raw, reader, writer, head)
         self.metrics_reads += 1
         body = self.exposition.encode() if self.metrics_status == 200 else b"down"
         writer.write(b"HTTP/1.1 %d X\r\ncontent-type: text/plain\r\ncontent-length: %d\r\n\r\n%s"

@@ -1,6 +1,7 @@
 """How the gateway frames what it passes on, read as raw bytes on the client's socket: a reply of known length
 keeps its ``Content-Length`` and its bytes; an HTTP/1.0 client never gets a chunked body (RFC 9112, 7.1); the
-answer to a HEAD request is its head alone, so the next response on the connection is read right."""
+answer to a HEAD request is its head alone, so the next response on the connection is read right; the request's
+own headers reach the backend as they came, less those that describe the client's connection."""
 
 from __future__ import annotations
 
@@ -152,5 +153,26 @@ def test_a_response_on_a_connection_that_closes_after_it_says_so() -> None:
             writer.close()
         assert status == 200 and headers[b"connection"] == b"close" and raw.endswith(b"0\r\n\r\n") and rest == b""
         assert refused[0] == 400 and refused[1][b"connection"] == b"close"
+
+    run(go())
+
+
+def test_the_backend_gets_the_clients_headers_as_they_came_less_the_connections_own() -> None:
+    async def go() -> None:
+        backend = ScriptedBackend()
+        async with running([backend]) as (gw, _):
+            sent = request("POST", "/v1/completions", completion("script:tokens=2", stream=False), "1.1",
+                           "X-Custom:  Mixed Case ", "Connection: keep-alive, X-Hop", "X-Hop: secret",
+                           "Keep-Alive: timeout=5",
+                           "X-Request-Id: client-1", "Authorization: Bearer k", "TE: trailers")
+            ((status, headers, _),) = await one_connection(gw.port, sent)
+        assert status == 200 and headers[b"x-request-id"] == b"client-1"
+        lines = backend.seen[0].head.split(b"\r\n")
+        assert lines[0] == b"POST /v1/completions HTTP/1.1"
+        names = [line.partition(b":")[0].lower() for line in lines[1:]]
+        assert sorted(names) == sorted([b"host", b"content-length", b"x-custom", b"x-request-id", b"authorization",
+                                        b"content-type"])   # one of each; no connection, keep-alive, te, x-hop
+        assert b"X-Custom:  Mixed Case " in lines and b"Authorization: Bearer k" in lines   # as they came
+        assert b"x-request-id: client-1" in lines and f"host: 127.0.0.1:{backend.port}".encode() in lines
 
     run(go())
