@@ -102,15 +102,34 @@ _HEAD_FIELDS = frozenset({b"content-length", b"transfer-encoding", b"connection"
 """The request headers the head parser itself reads."""
 
 
+def _keeps(value: bytes, keep_alive: bool, named: set[bytes]) -> bool:
+    """A ``Connection`` header's ``value`` (lower case), a list of options such as ``keep-alive, Upgrade``: whether
+    the connection is kept after this message (``close`` anywhere in it: no; ``keep-alive``: yes; else as
+    ``keep_alive`` was); the other options, header names that describe this connection only, join ``named``."""
+    options = {t.strip() for t in value.split(b",")} - {b""}
+    named |= options - {b"close", b"keep-alive"}
+    if b"close" in options:
+        return False
+    return True if b"keep-alive" in options else keep_alive
+
+
+def _check_bytes(head: bytes, lines: list[bytes], what: str) -> None:
+    """Raise ``ValueError`` naming the line when ``head`` (split into ``lines`` at CRLF) holds a CR, LF or NUL inside
+    a line: a reader that takes a bare LF for a line's end would see a header the gateway never read."""
+    ends = len(lines) - 1
+    if head.count(b"\n") != ends or head.count(b"\r") != ends or b"\0" in head:
+        bad = next(line for line in lines if b"\n" in line or b"\r" in line or b"\0" in line)
+        raise ValueError(f"{what}: a CR, LF or NUL byte inside a line: {bad[:80].decode('latin-1')!r}")
+
+
 def _parse_head(head: bytes, max_body: int) -> tuple[Request, int]:
     """The request of a head (without its final blank line) and the body length it announces. Read as bytes:
     header names lower-cased, values without the whitespace around them."""
     lines = head.split(b"\r\n")
-    ends = len(lines) - 1
-    if head.count(b"\n") != ends or head.count(b"\r") != ends or b"\0" in head:
-        # a backend that reads a bare LF as a line's end would see a header the gateway never read
-        bad = next(line for line in lines if b"\n" in line or b"\r" in line or b"\0" in line)
-        raise HttpError(400, f"request head: a CR, LF or NUL byte inside a line: {bad[:80].decode('latin-1')!r}")
+    try:
+        _check_bytes(head, lines, "request head")
+    except ValueError as exc:
+        raise HttpError(400, str(exc)) from None
     parts = lines[0].split(b" ")
     if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
         shown = lines[0][:80].decode("latin-1")
@@ -140,13 +159,8 @@ def _parse_head(head: bytes, max_body: int) -> tuple[Request, int]:
                     keep_alive = False
                 elif low == b"keep-alive":
                     keep_alive = True
-                else:  # a list of options, e.g. "keep-alive, Upgrade": headers only for this connection
-                    options = {t.strip() for t in low.split(b",")} - {b""}
-                    if b"close" in options:
-                        keep_alive = False
-                    elif b"keep-alive" in options:
-                        keep_alive = True
-                    named |= options - {b"close", b"keep-alive"}
+                else:
+                    keep_alive = _keeps(low, keep_alive, named)
     if length > max_body:
         raise HttpError(413, f"body: {length} bytes is more than the limit of {max_body} bytes")
     text = target.decode("latin-1")
@@ -533,6 +547,8 @@ class UpstreamResponse(_Headed):
     length: int | None
     chunked: bool
     keep_alive: bool
+    connection_options: frozenset[bytes] = frozenset()
+    """The header names its ``Connection`` header lists besides ``close`` and ``keep-alive`` (not passed on)."""
 
 
 @dataclass
@@ -595,11 +611,16 @@ async def send_request(conn: UpstreamConnection, method: str, target: str, host:
 def parse_response_head(head: bytes) -> UpstreamResponse:
     """A response head (without its blank line). Raises :class:`UpstreamError`."""
     lines = head.split(b"\r\n")
+    try:
+        _check_bytes(head, lines, "response head")
+    except ValueError as exc:
+        raise UpstreamError(str(exc)) from None
     parts = lines[0].split(b" ", 2)
     if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
         raise UpstreamError(f"not an HTTP response: {lines[0][:80]!r}")
     status = int(parts[1])
     headers: list[tuple[bytes, bytes]] = []
+    named: set[bytes] = set()
     length: int | None = None
     chunked = False
     keep_alive = parts[0] == b"HTTP/1.1"
@@ -614,10 +635,10 @@ def parse_response_head(head: bytes) -> UpstreamResponse:
         elif key == b"transfer-encoding" and b"chunked" in val.lower():
             chunked = True
         elif key == b"connection":
-            keep_alive = val.lower() != b"close"
+            keep_alive = _keeps(val.lower(), keep_alive, named)
     if chunked:
         length = None
-    return UpstreamResponse(status, headers, length, chunked, keep_alive)
+    return UpstreamResponse(status, headers, length, chunked, keep_alive, frozenset(named) if named else _NO_OPTIONS)
 
 
 class ChunkedDecoder:

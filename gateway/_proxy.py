@@ -590,7 +590,8 @@ class GatewayApp:
             return f"backend {b.id} answered {resp.status}: {body[:200].decode('utf-8', 'replace')}"
         obs = ex.obs = ReplyObserver(t, self.tel.observe_retry_after)
         obs.start(resp.status, resp.header(b"content-type") or b"", resp.header(b"retry-after"))
-        headers = [(k, v) for k, v in resp.headers if k not in HOP_BY_HOP and k != b"x-request-id"]
+        drop = _NOT_FORWARDED | resp.connection_options if resp.connection_options else _NOT_FORWARDED
+        headers = [(k, v) for k, v in resp.headers if k not in drop]
         headers.append((b"x-request-id", rid.encode()))
         headers.append((b"x-llmslo-backend", b.id.encode()))
         # a body the gateway passes on unchanged keeps its announced length
@@ -850,8 +851,8 @@ async def _read_small(conn: UpstreamConnection, resp: UpstreamResponse) -> bytes
 
 
 _NOT_FORWARDED = HOP_BY_HOP | {b"x-request-id"}
-"""A request's headers not passed on as they came (the gateway writes its own ``x-request-id``); nor are those its
-``Connection`` header names (:attr:`Request.connection_options`)."""
+"""The headers of a request or a response not passed on as they came (the gateway writes its own
+``x-request-id``); nor are those their ``Connection`` header names (``connection_options``)."""
 
 
 def _budget_key(req: Request, tenant_class: str) -> str:

@@ -126,8 +126,10 @@ class ScriptedBackend:
         plain = "plain" in script  # no chunked framing: the body ends when the connection closes
         if plain:
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
-        else:
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        else:  # hop: a header only for this connection, named by the Connection header
+            hop = b"connection: keep-alive, X-Hop\r\nx-hop: secret\r\n" if "hop" in script else b""
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n%s\r\n"
+                         % hop)
 
         def emit(data: bytes) -> None:
             if plain:

@@ -176,3 +176,14 @@ def test_the_backend_gets_the_clients_headers_as_they_came_less_the_connections_
         assert b"x-request-id: client-1" in lines and f"host: 127.0.0.1:{backend.port}".encode() in lines
 
     run(go())
+
+
+def test_a_header_the_backends_connection_header_names_is_not_passed_to_the_client() -> None:
+    async def go() -> None:
+        async with running([ScriptedBackend()]) as (gw, _):
+            sent = request("POST", "/v1/completions", completion("script:tokens=2,hop=1", stream=True))
+            ((status, headers, body),) = await one_connection(gw.port, sent)
+        assert status == 200 and b"data: [DONE]" in body
+        assert b"x-hop" not in headers and headers.get(b"connection") != b"keep-alive, X-Hop"
+
+    run(go())

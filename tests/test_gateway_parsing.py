@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmslo.gateway._http import HttpError, _parse_head
+from llmslo.gateway._http import HttpError, UpstreamError, _parse_head, parse_response_head
 
 
 def test_the_head_is_read_as_bytes_with_lower_case_names_and_trimmed_values() -> None:
@@ -52,3 +52,17 @@ def test_the_connection_header_is_read_as_a_list_of_options(value: bytes, keep_a
                                                             options: set[bytes]) -> None:
     req, _ = _parse_head(b"GET / HTTP/1.1\r\nConnection: " + value, 100)
     assert req.keep_alive is keep_alive and req.connection_options == options
+
+
+@pytest.mark.parametrize(("value", "keep_alive", "options"), [
+    (b"close", False, set()), (b"keep-alive, X-Hop", True, {b"x-hop"}), (b"X-Hop, close", False, {b"x-hop"}),
+])
+def test_a_backends_connection_header_is_read_the_same_way(value: bytes, keep_alive: bool,
+                                                           options: set[bytes]) -> None:
+    resp = parse_response_head(b"HTTP/1.1 200 OK\r\nConnection: " + value + b"\r\nX-Hop: s")
+    assert resp.keep_alive is keep_alive and resp.connection_options == options
+
+
+def test_a_backends_head_with_a_bare_lf_in_a_line_is_a_broken_response() -> None:
+    with pytest.raises(UpstreamError, match=r"^response head: a CR, LF or NUL byte inside a line: 'X-A: b\\nX-B: c'$"):
+        parse_response_head(b"HTTP/1.1 200 OK\r\nX-A: b\nX-B: c")
