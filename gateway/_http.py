@@ -113,23 +113,25 @@ def _keeps(value: bytes, keep_alive: bool, named: set[bytes]) -> bool:
     return True if b"keep-alive" in options else keep_alive
 
 
-def _check_bytes(head: bytes, lines: list[bytes], what: str) -> None:
-    """Raise ``ValueError`` naming the line when ``head`` (split into ``lines`` at CRLF) holds a CR, LF or NUL inside
-    a line: a reader that takes a bare LF for a line's end would see a header the gateway never read."""
+def _bad_byte(head: bytes, lines: list[bytes], what: str) -> str | None:
+    """Why ``head`` (split into ``lines`` at CRLF) may not be passed on, naming the line, when it holds a CR, LF or
+    NUL inside a line (a reader that took a bare LF for a line's end would see a header the gateway never read);
+    else None."""
     ends = len(lines) - 1
-    if head.count(b"\n") != ends or head.count(b"\r") != ends or b"\0" in head:
-        bad = next(line for line in lines if b"\n" in line or b"\r" in line or b"\0" in line)
-        raise ValueError(f"{what}: a CR, LF or NUL byte inside a line: {bad[:80].decode('latin-1')!r}")
+    if head.count(b"\n") == ends and head.count(b"\r") == ends and b"\0" not in head:
+        return None
+    bad = next(line for line in lines if b"\n" in line or b"\r" in line or b"\0" in line)
+    return f"{what}: a CR, LF or NUL byte inside a line: {bad[:80].decode('latin-1')!r}"
 
 
 def _parse_head(head: bytes, max_body: int) -> tuple[Request, int]:
     """The request of a head (without its final blank line) and the body length it announces. Read as bytes:
-    header names lower-cased, values without the whitespace around them."""
+    header names lower-cased, values without the whitespace around them, each line also kept as it came
+    (:attr:`Request.lines`); a CR, LF or NUL inside a line is refused (400)."""
     lines = head.split(b"\r\n")
-    try:
-        _check_bytes(head, lines, "request head")
-    except ValueError as exc:
-        raise HttpError(400, str(exc)) from None
+    why = _bad_byte(head, lines, "request head")
+    if why is not None:
+        raise HttpError(400, why)
     parts = lines[0].split(b" ")
     if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
         shown = lines[0][:80].decode("latin-1")
@@ -611,10 +613,9 @@ async def send_request(conn: UpstreamConnection, method: str, target: str, host:
 def parse_response_head(head: bytes) -> UpstreamResponse:
     """A response head (without its blank line). Raises :class:`UpstreamError`."""
     lines = head.split(b"\r\n")
-    try:
-        _check_bytes(head, lines, "response head")
-    except ValueError as exc:
-        raise UpstreamError(str(exc)) from None
+    why = _bad_byte(head, lines, "response head")
+    if why is not None:
+        raise UpstreamError(why)
     parts = lines[0].split(b" ", 2)
     if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
         raise UpstreamError(f"not an HTTP response: {lines[0][:80]!r}")

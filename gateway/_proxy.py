@@ -558,8 +558,7 @@ class GatewayApp:
 
     async def _open(self, b: Backend, req: Request, rid: str, p: _Parsed,
                     ex: _Exchange) -> tuple[UpstreamConnection, UpstreamResponse]:
-        drop = _NOT_FORWARDED | req.connection_options if req.connection_options else _NOT_FORWARDED
-        headers = req.header_lines(drop) + b"x-request-id: %s\r\n" % rid.encode()
+        headers = req.header_lines(_not_forwarded(req.connection_options)) + b"x-request-id: %s\r\n" % rid.encode()
         host = f"{b.spec.host}:{b.spec.port}"
         for attempt in range(2):  # a kept-alive connection the backend closed meanwhile: once more, fresh
             conn, reused = await b.upstream.acquire()
@@ -590,7 +589,7 @@ class GatewayApp:
             return f"backend {b.id} answered {resp.status}: {body[:200].decode('utf-8', 'replace')}"
         obs = ex.obs = ReplyObserver(t, self.tel.observe_retry_after)
         obs.start(resp.status, resp.header(b"content-type") or b"", resp.header(b"retry-after"))
-        drop = _NOT_FORWARDED | resp.connection_options if resp.connection_options else _NOT_FORWARDED
+        drop = _not_forwarded(resp.connection_options)
         headers = [(k, v) for k, v in resp.headers if k not in drop]
         headers.append((b"x-request-id", rid.encode()))
         headers.append((b"x-llmslo-backend", b.id.encode()))
@@ -851,8 +850,14 @@ async def _read_small(conn: UpstreamConnection, resp: UpstreamResponse) -> bytes
 
 
 _NOT_FORWARDED = HOP_BY_HOP | {b"x-request-id"}
-"""The headers of a request or a response not passed on as they came (the gateway writes its own
-``x-request-id``); nor are those their ``Connection`` header names (``connection_options``)."""
+"""The headers of a request or a response never passed on as they came (the gateway writes its own
+``x-request-id``)."""
+
+
+def _not_forwarded(connection_options: frozenset[bytes]) -> frozenset[bytes]:
+    """The headers of a request or a response not passed on: :data:`_NOT_FORWARDED` and those its ``Connection``
+    header names (``connection_options``)."""
+    return _NOT_FORWARDED | connection_options if connection_options else _NOT_FORWARDED
 
 
 def _budget_key(req: Request, tenant_class: str) -> str:
