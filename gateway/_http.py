@@ -448,9 +448,7 @@ class Responder:
 
 
 def _head(status: int, headers: list[tuple[bytes, bytes]]) -> bytes:
-    lines = [b"HTTP/1.1 %d %s\r\n" % (status, STATUS_TEXT.get(status, "Status").encode())]
-    lines.extend(b"%s: %s\r\n" % (k, v) for k, v in headers)
-    return b"".join(lines)
+    return b"HTTP/1.1 %d %s\r\n%s" % (status, STATUS_TEXT.get(status, "Status").encode(), header_block(headers))
 
 
 def error_body(message: str, kind: str, status: int, code: str | None = None) -> bytes:
