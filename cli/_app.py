@@ -63,6 +63,8 @@ COMMANDS: tuple[CommandEntry, ...] = (
                  "Run the reference OpenAI-compatible streaming server on a simulated engine."),
     CommandEntry("load", "llmslo.cli._load:load_command",
                  "Drive open-loop load against an OpenAI-compatible endpoint; report TTFT, TPOT, ITL and goodput."),
+    CommandEntry("check", "llmslo.cli._check:check_command",
+                 "Send one request and find it in the server's own llmslo metrics: does the server record requests?"),
     CommandEntry("app", "llmslo.cli._ui:app_command",
                  "Explore a store in the browser: a Streamlit app on http://127.0.0.1:PORT (Ctrl-C stops it)."),
     CommandEntry("gateway", "llmslo.cli._gateway:gateway_app",

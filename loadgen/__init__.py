@@ -8,6 +8,8 @@
 - The run (:mod:`._run`): :func:`run_load` sends a schedule open loop against a :class:`Target` and returns a
   :class:`RunResult` with one summary row per attempt (client-measured: :func:`attempt_row`), each handed
   to a sink as it ends; a client :class:`~llmslo.controls.CircuitBreaker` honours ``Retry-After``.
+- One request found again in the server's own llmslo metrics (:mod:`._check`): :func:`check_server` says
+  whether a server records its requests through llmslo (the middleware, the gateway, ``llmslo serve``).
 - The figures of ``vllm bench serve`` under llmslo's definitions (:mod:`._stats`): :func:`bench_figures`,
   :func:`render_table`, :class:`Goodput`.
 
@@ -32,6 +34,7 @@ from llmslo.loadgen._attempt import (
     token_weighted_gaps,
 )
 from llmslo.loadgen._behaviour import Behaviours, Cancel, RequestPlan, SlowReader
+from llmslo.loadgen._check import VERDICTS, CheckResult, MetricsRead, RequestSeen, check_server
 from llmslo.loadgen._run import (
     CLIENT_FAILURE_KINDS,
     LATE_THRESHOLD_S,
@@ -85,6 +88,7 @@ __all__ = [
     "CLIENT_FAILURE_KINDS",
     "Cancel",
     "Cause",
+    "CheckResult",
     "DEFAULT_REQUEST_ID_HEADER",
     "DEFINITIONS",
     "Dist",
@@ -97,12 +101,14 @@ __all__ = [
     "LengthSpec",
     "LoadConfig",
     "LoadRun",
+    "MetricsRead",
     "Progress",
     "PromptBook",
     "REQUEST_ID_KINDS",
     "RateProfile",
     "RequestIds",
     "RequestPlan",
+    "RequestSeen",
     "RequestShape",
     "RunResult",
     "Schedule",
@@ -113,10 +119,12 @@ __all__ = [
     "Target",
     "TokenSources",
     "Unreachable",
+    "VERDICTS",
     "attempt_log_entry",
     "attempt_row",
     "bench_figures",
     "check_limits",
+    "check_server",
     "make_breaker",
     "parse_request_id_header",
     "parse_seconds",

@@ -342,18 +342,14 @@ class ServerProcess:
 
     def __init__(self, *, cpus: set[int] | None = None, sndbuf: int | None = None, timeout_s: float = 60.0) -> None:
         import os
-        import socket
         import subprocess
         import sys
         import threading
 
+        from llmslo.tests._listener import tcp_listener
+
         self.log: list[str] = []
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if sndbuf is not None:
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1024)
+        listener = tcp_listener(sndbuf)
         self.port: int = listener.getsockname()[1]
 
         def prepare() -> None:  # in the child, before uvicorn starts

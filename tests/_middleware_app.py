@@ -191,13 +191,10 @@ class Uvicorn:
 
     def __init__(self, target: str, *, env: Mapping[str, str] | None = None, lifespan: str = "auto",
                  factory: bool = False, cpus: set[int] | None = None, timeout_s: float = 60.0) -> None:
-        import socket
+        from llmslo.tests._listener import tcp_listener
 
         self.log: list[str] = []
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1024)
+        listener = tcp_listener()
         self.port: int = listener.getsockname()[1]
 
         def prepare() -> None:  # in the child, before uvicorn starts

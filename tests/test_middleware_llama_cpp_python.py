@@ -106,7 +106,14 @@ def test_llmslo_load_streams_match_the_middleware_summaries_one_to_one(tmp_path:
             [*command, "load", server.url, "--endpoint", "chat", "--rate", "4", "--max-requests", "8",
              "--prompt-tokens", "8-24", "--output-tokens", str(MAX_TOKENS), "--max-concurrency", "2", "--seed", "5",
              "--jsonl", "client", "--no-progress"], cwd=work, capture_output=True, text=True, timeout=300)
+        check = subprocess.run([*command, "check", server.url, "--json"], cwd=work, capture_output=True, text=True,
+                               timeout=300)
     assert load.returncode == 0, load.stdout + load.stderr
+    # llmslo check finds its one request among the engine's exemplars, the model taken from /v1/models
+    assert check.returncode == 0, check.stdout + check.stderr
+    found = json.loads(check.stdout)
+    assert (found["verdict"], found["model"]) == ("recorded", ALIAS), found
+    assert 0 < found["server_ttft_s"] <= found["request"]["client_ttft_s"], found
     out = load.stdout
     assert re.search(r"^schedule: .*: 8 arrivals over ", out, re.M), out
     assert re.search(rf"^target: {re.escape(server.url)}/v1/chat/completions  model: {ALIAS}  ", out, re.M), out
@@ -116,6 +123,7 @@ def test_llmslo_load_streams_match_the_middleware_summaries_one_to_one(tmp_path:
         r"^Successful requests \(stop, length\): +8$", out, re.M), out
     client = {r["request_id"]: r for r in read_jsonl(work / "client")}
     mine = {r["request_id"]: r for r in read_jsonl(summaries)}
+    assert mine.pop(found["request"]["request_id"])["finish_reason"] == found["request"]["finish_reason"]
     assert len(client) == 8 and all(uuid.UUID(rid).version == 4 for rid in client)
     assert set(mine) == set(client)
     for rid, c in client.items():

@@ -1,0 +1,174 @@
+"""``llmslo check URL``: one request found again in the server's own llmslo metrics.
+
+The installed command, from a plain folder, against the tests' Starlette app under uvicorn: with the middleware
+installed as ``vllm serve --middleware`` installs it (recorded: the request's id is an exemplar, and the server's
+TTFT is at most the client's), without it (no llmslo metrics), and with a route the middleware does not observe
+(llmslo metrics, but no trace of this request); the verdicts from metrics texts; bad options."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from llmslo.loadgen import MetricsRead, RequestSeen
+from llmslo.loadgen._check import _verdict, parse_metrics
+from llmslo.tests._loadgen_util import llmslo
+from llmslo.tests._middleware_app import Uvicorn
+
+APP = "llmslo.tests._middleware_app:app"
+
+
+@pytest.fixture(scope="module")
+def with_middleware() -> Iterator[str]:
+    server = Uvicorn(APP, env={"LLMSLO_TEST_MIDDLEWARE": "1", "LLMSLO_MODEL": "test-model"})
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.mark.integration
+def test_the_middleware_records_the_request_and_its_ttft_is_at_most_the_clients(
+        with_middleware: str, tmp_path: Path) -> None:
+    done = llmslo("check", with_middleware, "--model", "test-model", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "verdict   recorded: the server's llmslo metrics carry this request's id" in out, out
+    assert "the response echoes the id" in out and "llmslo_ttft_seconds" in out, out
+
+    done = llmslo("check", with_middleware + "/v1/completions", "--model", "test-model", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    r = json.loads(done.stdout)
+    assert (r["verdict"], r["passed"], r["endpoint"]) == ("recorded", True, "completions")
+    q = r["request"]
+    assert q["echoed_request_id"] == q["request_id"] and q["finish_reason"] == "length"
+    assert q["completion_tokens"] == q["content_chunks"] == 16
+    assert r["after"]["requests_total"] == r["before"]["requests_total"] + 1
+    assert 0 < r["server_ttft_s"] <= q["client_ttft_s"]
+    assert r["server_ttft_s"] == r["after"]["exemplars"]["llmslo_ttft_seconds"]
+
+
+@pytest.mark.integration
+def test_a_server_without_llmslo_is_told_how_to_install_it(tmp_path: Path) -> None:
+    server = Uvicorn(APP, env={"LLMSLO_TEST_MIDDLEWARE": "0"})
+    try:
+        done = llmslo("check", server.url, "--model", "test-model", cwd=tmp_path)
+    finally:
+        server.stop()
+    assert done.returncode == 1, done.stdout + done.stderr
+    out = done.stdout
+    assert "verdict   NOT recorded: the server has no llmslo metrics where looked" in out, out
+    assert f"{server.url}/llmslo/metrics: HTTP 404" in out and f"{server.url}/metrics: HTTP 404" in out, out
+    assert "--middleware llmslo.telemetry.LlmsloMiddleware" in out and "the response carries no request id" in out
+
+
+@pytest.mark.integration
+def test_a_route_the_middleware_does_not_observe_is_not_recorded(tmp_path: Path) -> None:
+    server = Uvicorn(APP, env={"LLMSLO_TEST_MIDDLEWARE": "1", "LLMSLO_ROUTES": "/v1/completions"})
+    try:
+        done = llmslo("check", server.url, "--model", "test-model", "--endpoint", "chat", "--json", cwd=tmp_path)
+    finally:
+        server.stop()
+    assert done.returncode == 1, done.stdout + done.stderr
+    r = json.loads(done.stdout)
+    assert r["verdict"] == "not_recorded" and r["request"]["finish_reason"] == "length"
+    assert "LLMSLO_ROUTES" in r["advice"] and "/v1/chat/completions" in r["advice"]
+
+
+@pytest.mark.integration
+def test_the_gateway_records_it_at_metrics_and_its_backend_under_the_same_id(tmp_path: Path) -> None:
+    """``/llmslo/metrics`` answers 404 there, so ``/metrics`` is read; ``--metrics`` reads the backend's own."""
+    from llmslo.ops._live_processes import ready_match, ready_port, started
+    from llmslo.ops._live_rollout import GATEWAY_READY
+    from llmslo.tests._loadgen_util import LLMSLO
+
+    with started([str(LLMSLO), "serve", "--port", "0"], tmp_path / "serve.log", stdout=subprocess.PIPE) as serve:
+        backend = f"http://127.0.0.1:{ready_port(serve)}"
+        with started([str(LLMSLO), "gateway", "--backend", backend, "--port", "0", "--admin-port", "0"],
+                     tmp_path / "gateway.log", stdout=subprocess.PIPE) as gateway:
+            url = f"http://127.0.0.1:{ready_match(gateway, GATEWAY_READY, 'llmslo gateway').group(1)}"
+            at_gateway = llmslo("check", url, "--json", cwd=tmp_path)
+            at_backend = llmslo("check", url, "--metrics", backend + "/metrics", "--json", cwd=tmp_path)
+    for done in (at_gateway, at_backend):
+        assert done.returncode == 0, done.stdout + done.stderr
+    r = json.loads(at_gateway.stdout)
+    assert [(read["url"], read["status"]) for read in r["looked"]] == [(url + "/llmslo/metrics", 404),
+                                                                        (url + "/metrics", 200)]
+    assert r["verdict"] == "recorded" and r["model"] == "llmslo-sim"
+    assert 0 < r["server_ttft_s"] <= r["request"]["client_ttft_s"]
+    r = json.loads(at_backend.stdout)
+    assert r["verdict"] == "recorded" and r["before"]["url"] == backend + "/metrics"
+
+
+@pytest.mark.integration
+def test_bad_options_exit_2_and_an_unreachable_server_1(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cases = [
+        (("ftp://x",), 2, "URL: not an http(s) URL"),
+        (("http://127.0.0.1:1", "--request-id-header", "off"), 2, "needs a header to carry the request's id"),
+        (("http://127.0.0.1:1", "--metrics", "127.0.0.1:9464"), 2, "--metrics: an http(s) URL"),
+        (("http://127.0.0.1:1", "--max-tokens", "0"), 2, "--max-tokens: must be at least 1"),
+        ((f"http://127.0.0.1:{port}",), 1, "cannot reach"),
+    ]
+    for args, code, message in cases:
+        done = llmslo("check", *args, cwd=tmp_path)
+        assert done.returncode == code, (args, done.stdout, done.stderr)
+        assert message in done.stderr, (args, done.stderr)
+
+
+# ---- the verdict, from metrics texts -------------------------------------------------------------------------
+
+RID = "0b5e4c8a-2f1d-4c3e-9a7b-6d5e4f3a2b1c"
+OPENMETRICS = f"""# TYPE llmslo_requests counter
+llmslo_requests_total{{model="m",finish_reason="length"}} 3.0 # {{request_id="{RID}"}} 1.0 1.7e9
+llmslo_requests_total{{model="m",finish_reason="stop"}} 2.0
+# TYPE llmslo_ttft_seconds histogram
+llmslo_ttft_seconds_bucket{{model="m",le="0.1"}} 4.0 # {{request_id="other"}} 0.05 1.7e9
+llmslo_ttft_seconds_bucket{{model="m",le="+Inf"}} 5.0 # {{request_id="{RID}"}} 0.25 1.7e9
+llmslo_ttft_seconds_count{{model="m"}} 5.0
+llmslo_ttft_seconds_sum{{model="m"}} 0.6
+# TYPE other_metric gauge
+other_metric 1.0
+# EOF
+"""
+
+
+def test_the_exemplars_of_the_request_are_found_and_the_counter_summed() -> None:
+    families, total, found = parse_metrics(OPENMETRICS, RID, openmetrics=True)
+    assert (families, total) == (2, 5.0)
+    assert found == {"llmslo_requests_total": 1.0, "llmslo_ttft_seconds": 0.25}
+    assert parse_metrics(OPENMETRICS, "nobody", openmetrics=True)[2] == {}
+    with pytest.raises(ValueError):
+        parse_metrics("llmslo_requests_total{", RID, openmetrics=True)
+
+
+def _seen(finish: str = "length") -> RequestSeen:
+    return RequestSeen(RID, 200, finish, None if finish == "length" else "HTTP 404 (empty body)", 16, 5, 16, 0.1,
+                       0.2, RID)
+
+
+@pytest.mark.parametrize(("before", "after", "verdict"), [
+    (2.0, 3.0, "counted"),  # the counter rose, the exemplars are another request's
+    (2.0, 2.0, "not_recorded"),
+])
+def test_without_the_id_among_the_exemplars_the_counter_decides(before: float, after: float, verdict: str) -> None:
+    url = "http://s/metrics"
+    got, advice = _verdict(_seen(), MetricsRead(url, 200, 2, before, openmetrics=True),
+                           MetricsRead(url, 200, 2, after, openmetrics=True), [], "/v1/chat/completions")
+    assert got == verdict and advice is not None
+
+
+def test_a_failed_request_and_no_metrics_come_first() -> None:
+    url = "http://s/metrics"
+    ok = MetricsRead(url, 200, 2, 1.0, {"llmslo_ttft_seconds": 0.1}, True)
+    assert _verdict(_seen("error"), ok, ok, [ok], "/v1/completions")[0] == "request_failed"
+    assert _verdict(_seen(), None, None, [MetricsRead(url, 404, error="HTTP 404")], "/v1/completions")[0] == \
+        "no_metrics"
+    assert _verdict(_seen(), ok, ok, [ok], "/v1/completions") == ("recorded", None)
