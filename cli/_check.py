@@ -13,7 +13,8 @@ from llmslo.cli._common import duration as _duration
 from llmslo.cli._common import fail as _fail
 
 if TYPE_CHECKING:
-    from llmslo.loadgen import CheckResult
+    from llmslo.engines import EngineProfile
+    from llmslo.loadgen import CheckResult, MetricsRead
 
 __all__ = ["check_command"]
 
@@ -24,6 +25,39 @@ _VERDICT_LINES = {
     "no_metrics": "NOT recorded: the server has no llmslo metrics where looked",
     "request_failed": "the request failed: nothing to look for",
 }
+
+
+PYTHON_ENGINES = frozenset({"vllm", "sglang", "trtllm"})
+"""Engines whose API server is a Python (ASGI) app, which takes the middleware."""
+
+
+def engine_of(reads: tuple[MetricsRead, ...]) -> tuple[MetricsRead, EngineProfile, int] | None:
+    """The read whose metric families are most an engine's own (by the engine profiles), that engine, and how many
+    of its series it had; None when no read had any."""
+    from llmslo.engines import all_profiles
+
+    best: tuple[MetricsRead, EngineProfile, int] | None = None
+    for read in reads:
+        for profile in all_profiles():
+            n = sum(1 for name in read.others
+                    if profile.by_name(name) is not None or profile.by_name(name + "_total") is not None)
+            if n and (best is None or n > best[2]):
+                best = (read, profile, n)
+    return best
+
+
+def engine_advice(r: CheckResult) -> str | None:
+    """For a server with no llmslo series whose /metrics is an engine's own: what that means and what to do."""
+    found = engine_of(r.looked) if r.verdict == "no_metrics" else None
+    if found is None:
+        return None
+    read, profile, n = found
+    text = (f"{read.url} is {profile.name}'s own ({n} of its series): an engine's series count requests and "
+            f"keep no record of each. Put llmslo gateway in front (llmslo gateway --backend {r.url}, then llmslo "
+            "check the gateway's URL)")
+    if profile.key in PYTHON_ENGINES:
+        text += ", or install the middleware inside it (docs/middleware.md)"
+    return text
 
 
 def _ms(seconds: float | None) -> str:
@@ -64,8 +98,9 @@ def _lines(r: CheckResult) -> list[str]:
             out.append(f"          server TTFT {_ms(ttft)} {relation} client TTFT {_ms(q.client_ttft_s)}"
                        + ("" if ttft <= q.client_ttft_s else ": the server's first token after the client's?"))
     out.append(f"verdict   {_VERDICT_LINES[r.verdict]}")
-    if r.advice:
-        out.append(f"          {shown(r.advice)}")
+    advice = engine_advice(r) or r.advice
+    if advice:
+        out.append(f"          {shown(advice)}")
     return out
 
 
@@ -127,7 +162,12 @@ def check_command(
     except LookupError as exc:
         raise _fail(str(exc)) from None
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        data = result.to_dict()
+        found = engine_of(result.looked)
+        data["engine"] = None if found is None else {"key": found[1].key, "name": found[1].name, "series": found[2],
+                                                     "url": found[0].url}
+        data["advice"] = engine_advice(result) or result.advice
+        typer.echo(json.dumps(data, indent=2))
     else:
         for line in _lines(result):
             typer.echo(line)

@@ -42,6 +42,8 @@ EXEMPLAR_FAMILIES: tuple[str, ...] = ("llmslo_ttft_seconds", "llmslo_e2e_seconds
 VERDICTS: tuple[str, ...] = ("recorded", "counted", "not_recorded", "no_metrics", "request_failed")
 """Every verdict, best first; the first two pass."""
 PROMPT = "Say hello in five words."
+MAX_OTHER_FAMILIES = 1000
+"""The most names of other metric families a read keeps."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,9 @@ class MetricsRead:
     openmetrics: bool = False
     """The server answered in OpenMetrics (which carries exemplars)."""
     error: str | None = None
+    others: tuple[str, ...] = ()
+    """The names of the other metric families, sorted (at most :data:`MAX_OTHER_FAMILIES`): an engine's own
+    series tell which engine answered."""
 
     @property
     def has_llmslo(self) -> bool:
@@ -119,9 +124,11 @@ class CheckResult:
         return out
 
 
-def parse_metrics(text: str, request_id: str | None, openmetrics: bool) -> tuple[int, float, dict[str, float]]:
-    """``(llmslo families, llmslo_requests_total summed, {family: exemplar value})`` of an exposition, the
-    exemplars those whose ``request_id`` label is ``request_id``. Raises ``ValueError`` for an unreadable text."""
+def parse_metrics(text: str, request_id: str | None,
+                  openmetrics: bool) -> tuple[int, float, dict[str, float], tuple[str, ...]]:
+    """``(llmslo families, llmslo_requests_total summed, {family: exemplar value}, other family names)`` of an
+    exposition, the exemplars those whose ``request_id`` label is ``request_id``. Raises ``ValueError`` for an
+    unreadable text."""
     from prometheus_client.metrics_core import Metric
     from prometheus_client.openmetrics import parser as openmetrics_parser
     from prometheus_client.parser import text_string_to_metric_families as plain_families
@@ -131,8 +138,11 @@ def parse_metrics(text: str, request_id: str | None, openmetrics: bool) -> tuple
     families = 0
     total = 0.0
     found: dict[str, float] = {}
+    others: set[str] = set()
     for family in parse(text):
         if not family.name.startswith("llmslo_"):
+            if len(others) < MAX_OTHER_FAMILIES:
+                others.add(family.name)
             continue
         families += 1
         for sample in family.samples:
@@ -142,7 +152,7 @@ def parse_metrics(text: str, request_id: str | None, openmetrics: bool) -> tuple
             if ex is not None and request_id is not None and ex.labels.get("request_id") == request_id:
                 name = family.name if family.type != "counter" else f"{family.name}_total"
                 found.setdefault(name, ex.value)
-    return families, total, found
+    return families, total, found, tuple(sorted(others))
 
 
 async def read_metrics(client: httpx.AsyncClient, url: str, request_id: str | None = None) -> MetricsRead:
@@ -155,10 +165,10 @@ async def read_metrics(client: httpx.AsyncClient, url: str, request_id: str | No
         return MetricsRead(url, response.status_code, error=f"HTTP {response.status_code}")
     openmetrics = response.headers.get("content-type", "").startswith("application/openmetrics-text")
     try:
-        families, total, found = parse_metrics(response.text, request_id, openmetrics)
+        families, total, found, others = parse_metrics(response.text, request_id, openmetrics)
     except ValueError as exc:
         return MetricsRead(url, 200, openmetrics=openmetrics, error=f"not a metrics exposition: {exc}")
-    return MetricsRead(url, 200, families, total, found, openmetrics)
+    return MetricsRead(url, 200, families, total, found, openmetrics, others=others)
 
 
 def _seen(a: Attempt) -> RequestSeen:

@@ -3,7 +3,8 @@
 The installed command, from a plain folder, against the tests' Starlette app under uvicorn: with the middleware
 installed as ``vllm serve --middleware`` installs it (recorded: the request's id is an exemplar, and the server's
 TTFT is at most the client's), without it (no llmslo metrics), and with a route the middleware does not observe
-(llmslo metrics, but no trace of this request); the verdicts from metrics texts; bad options."""
+(llmslo metrics, but no trace of this request); through llmslo gateway in front of llmslo serve; against the real
+llama-server, known by its own series; the verdicts from metrics texts; bad options."""
 
 from __future__ import annotations
 
@@ -106,6 +107,25 @@ def test_the_gateway_records_it_at_metrics_and_its_backend_under_the_same_id(tmp
 
 
 @pytest.mark.integration
+def test_a_llama_server_is_known_by_its_own_series_and_the_gateway_is_the_way_out(tmp_path: Path) -> None:
+    from llmslo.ops import running_llama_server
+    from llmslo.tests.test_live_llamacpp import require_engine
+
+    require_engine()
+    with running_llama_server(tmp_path / "engine", parallel=1) as engine:
+        done = llmslo("check", engine.url, "--json", cwd=tmp_path)
+        text = llmslo("check", engine.url, cwd=tmp_path)
+    assert done.returncode == text.returncode == 1, done.stdout + done.stderr
+    r = json.loads(done.stdout)
+    assert r["verdict"] == "no_metrics" and r["request"]["finish_reason"] in ("stop", "length")
+    assert r["model"] == engine.alias and r["request"]["completion_tokens"] >= 1
+    assert (r["engine"]["key"], r["engine"]["url"]) == ("llamacpp", engine.url + "/metrics")
+    assert r["engine"]["series"] >= 5
+    assert f"llmslo gateway --backend {engine.url}" in r["advice"] and "middleware" not in r["advice"]
+    assert f"{engine.url}/metrics is llama.cpp llama-server's own" in text.stdout, text.stdout
+
+
+@pytest.mark.integration
 def test_bad_options_exit_2_and_an_unreachable_server_1(tmp_path: Path) -> None:
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -141,8 +161,8 @@ other_metric 1.0
 
 
 def test_the_exemplars_of_the_request_are_found_and_the_counter_summed() -> None:
-    families, total, found = parse_metrics(OPENMETRICS, RID, openmetrics=True)
-    assert (families, total) == (2, 5.0)
+    families, total, found, others = parse_metrics(OPENMETRICS, RID, openmetrics=True)
+    assert (families, total, others) == (2, 5.0, ("other_metric",))
     assert found == {"llmslo_requests_total": 1.0, "llmslo_ttft_seconds": 0.25}
     assert parse_metrics(OPENMETRICS, "nobody", openmetrics=True)[2] == {}
     with pytest.raises(ValueError):
