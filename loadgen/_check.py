@@ -37,8 +37,6 @@ OPENMETRICS_ACCEPT = "application/openmetrics-text; version=1.0.0, text/plain; v
 """The ``Accept`` of a metrics read: OpenMetrics carries the exemplars."""
 REQUESTS_TOTAL = "llmslo_requests_total"
 """The counter of requests that reached their terminal state (one sample per label set)."""
-EXEMPLAR_FAMILIES: tuple[str, ...] = ("llmslo_ttft_seconds", "llmslo_e2e_seconds", "llmslo_tpot_seconds")
-"""The histograms whose exemplar for this request is reported (seconds, as the server measured them)."""
 VERDICTS: tuple[str, ...] = ("recorded", "counted", "not_recorded", "no_metrics", "request_failed")
 """Every verdict, best first; the first two pass."""
 PROMPT = "Say hello in five words."
