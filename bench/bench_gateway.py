@@ -76,7 +76,12 @@ Then two checks:
   figure is what 1,000 streams in flight cost the proxy more than what a stalled client can pile up in it.
 
 Targets (met / not met): gateway CPU per chunk <= 1.5x Envoy's; fixed CPU per request <= 1 ms; added TTFT p99
-<= 2 ms at 64 streams; peak RSS <= 150 MiB at 64 streams.
+<= 2 ms at 64 streams; peak RSS <= 150 MiB at 64 streams. A figure of every repeat is judged on every repeat
+(met when all are within the target). The added TTFT p99 on the wire is judged a second way too: one repeat has
+a few hundred steady streams, so its p99 rests on its four or five largest holds, and one stall of the machine
+moves it by a millisecond; pooled over the repeats, the p99 rests on five times as many, and a two-stage
+bootstrap (the repeats drawn, then each drawn repeat's streams) gives its 95 % interval
+(:func:`pooled_quantile`): met when the whole interval is within the target (:func:`interval_verdict`).
 
 The proxies are not dependencies of llmslo; install them for this benchmark only::
 
@@ -306,6 +311,35 @@ def quantile(xs: Sequence[float], q: float) -> float:
     return v[lo] + (v[min(lo + 1, len(v) - 1)] - v[lo]) * (h - lo)
 
 
+POOLED_RESAMPLES = 2000
+"""Resamples of :func:`pooled_quantile`'s bootstrap."""
+
+
+def pooled_quantile(repeats: Sequence[Sequence[float]], q: float, *, resamples: int = POOLED_RESAMPLES,
+                    seed: int = 0) -> tuple[float, float, float]:
+    """The ``q`` quantile of every repeat's samples pooled, and its 95 % interval: ``(estimate, low, high)``; NaNs
+    when there are none.
+
+    The interval is a two-stage bootstrap (``resamples`` times: draw as many repeats as there are, with
+    replacement, then each drawn repeat's samples with replacement; the quantile of the pool; seeded), so a repeat
+    the machine disturbed widens it as much as the scatter within a repeat does. A p99 of one repeat of a few
+    hundred requests rests on its few largest samples; pooled, on five times as many."""
+    import random
+
+    groups = [list(r) for r in repeats if r]
+    pool = [x for g in groups for x in g]
+    if not pool:
+        return math.nan, math.nan, math.nan
+    rng = random.Random(seed)
+    estimates: list[float] = []
+    for _ in range(resamples):
+        drawn: list[float] = []
+        for g in rng.choices(groups, k=len(groups)):
+            drawn.extend(rng.choices(g, k=len(g)))
+        estimates.append(quantile(drawn, q))
+    return quantile(pool, q), quantile(estimates, 0.025), quantile(estimates, 0.975)
+
+
 def _q(load: dict[str, object], name: str, key: str) -> float:
     part = load.get(name)
     value = part.get(key) if isinstance(part, dict) else None
@@ -345,6 +379,8 @@ class Scenario:
     """Client rows with a TTFT whose request id the upstream did not record (see :func:`join_overheads`)."""
     repeats_of: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     """Per target: each repeat's value of the figures in :data:`SPREAD` (set by :func:`figures`)."""
+    wire_steady: dict[str, list[list[float]]] = field(default_factory=dict)
+    """Per target: each repeat's added TTFT on the wire of its steady streams, seconds (set by :func:`figures`)."""
 
     @property
     def name(self) -> str:
@@ -430,6 +466,7 @@ def figures(sc: Scenario) -> dict[str, dict[str, float]]:
     targets = list(sc.runs[0]) if sc.runs else []
     for name in targets:
         per: dict[str, list[float]] = {}
+        sc.wire_steady[name] = []
 
         def add(key: str, value: float, per: dict[str, list[float]] = per) -> None:
             per.setdefault(key, []).append(value)
@@ -457,6 +494,8 @@ def figures(sc: Scenario) -> dict[str, dict[str, float]]:
                 if held:
                     add(f"{key}_p50_ms", quantile(held, 0.5) * 1e3)
                     add(f"{key}_p99_ms", quantile(held, 0.99) * 1e3)
+                    if key == "wire_total":
+                        sc.wire_steady[name].append(list(held))
             if long.total_hold_s:
                 add("wire_burst_total_p99_ms", quantile(long.total_hold_s, 0.99) * 1e3)
             if name != "direct" and (long.hold_s or short.hold_s):
@@ -476,6 +515,10 @@ def figures(sc: Scenario) -> dict[str, dict[str, float]]:
         out[name] = {k: median(v) for k, v in per.items()}
         sc.spreads[name] = {k: spread(v) for k, v in per.items() if k in SPREAD}
         sc.repeats_of[name] = {k: list(v) for k, v in per.items() if k in SPREAD}
+        if sc.wire_steady[name]:
+            p99, low, high = pooled_quantile(sc.wire_steady[name], 0.99)
+            out[name].update(wire_pooled_p99_ms=p99 * 1e3, wire_pooled_low_ms=low * 1e3,
+                             wire_pooled_high_ms=high * 1e3)
         if name in sc.peak_rss_mib:
             out[name]["peak_rss_mib"] = sc.peak_rss_mib[name]
         if name in sc.idle_per_s:
@@ -504,6 +547,7 @@ ROWS: list[tuple[str, str, bool, bool]] = [
     ("  added TTFT p99, per request, opening burst (ms)", "burst_ttft_p99_ms", False, True),
     (f"added TTFT on the wire p50 ({SHORT} tokens, steady) (ms)", "wire_total_p50_ms", False, True),
     (f"added TTFT on the wire p99 ({SHORT} tokens, steady) (ms)", "wire_total_p99_ms", False, True),
+    ("  the same, every repeat's streams pooled (ms)", "wire_pooled_p99_ms", False, True),
     ("  of which the request's hold, p50 (ms)", "wire_request_p50_ms", False, True),
     ("  of which the request's hold, p99 (ms)", "wire_request_p99_ms", False, True),
     ("  of which the first event's hold, p50 (ms)", "wire_hold_p50_ms", False, True),
@@ -538,6 +582,12 @@ def _shown(key: str, value: float | None) -> object:
     return round(value) if key in COUNTS else value
 
 
+def pooled_interval(figs: dict[str, float]) -> str:
+    """The pooled p99's 95 % interval, ``low..high`` (ms); ``-`` without one."""
+    low, high = figs.get("wire_pooled_low_ms"), figs.get("wire_pooled_high_ms")
+    return "-" if low is None or high is None or low != low else f"{low:.3g}..{high:.3g}"
+
+
 def scenario_table(sc: Scenario, figs: dict[str, dict[str, float]], proxies: Sequence[str]) -> str:
     shown = [p for p in proxies if p in figs]
     pairs = [(a, b) for a, b in (("llmslo", "envoy"), ("llmslo", "llmslo-asyncio"), ("llmslo", "litellm"),
@@ -550,6 +600,9 @@ def scenario_table(sc: Scenario, figs: dict[str, dict[str, float]], proxies: Seq
         row.extend(_shown(key, figs[p].get(key)) for p in shown)
         row.extend((ratio(figs[a].get(key), figs[b].get(key)) if ratios else "") for a, b in pairs)
         rows.append(row)
+        if key == "wire_pooled_p99_ms":
+            rows.append(["    its 95 % interval (ms)", None, *(pooled_interval(figs[p]) for p in shown),
+                         *("" for _ in pairs)])
     ranges = "; ".join(f"{p} p50 {sc.spreads.get(p, {}).get('added_ttft_p50_ms', '-')}, p99 "
                        f"{sc.spreads.get(p, {}).get('added_ttft_p99_ms', '-')}" for p in shown)
     ranges += "; per request p99: " + "; ".join(
@@ -759,6 +812,16 @@ def bound_verdict(values: Sequence[float], bound: float) -> str:
     return f"not shown (repeats {min(values):.3g}..{max(values):.3g})"
 
 
+def interval_verdict(low: float, high: float, bound: float) -> str:
+    """A target ``<= bound`` judged on an estimate's 95 % interval: met when the whole interval is within it, NOT
+    MET when none of it is, ``not shown`` (with the interval) otherwise."""
+    if high <= bound:
+        return f"met (95 % interval {low:.3g}..{high:.3g})"
+    if low > bound:
+        return f"NOT MET (95 % interval {low:.3g}..{high:.3g})"
+    return f"not shown (95 % interval {low:.3g}..{high:.3g})"
+
+
 def target_rows(scenarios: list[tuple[Scenario, dict[str, dict[str, float]]]]) -> list[list[object]]:
     rows: list[list[object]] = []
     for sc, figs in scenarios:
@@ -786,6 +849,13 @@ def target_rows(scenarios: list[tuple[Scenario, dict[str, dict[str, float]]]]) -
                 rows.append([sc.name, "added TTFT p99 on the wire, steady (ms)", w, f"<= {TARGET_ADDED_TTFT_P99_MS:g}",
                              bound_verdict(sc.repeats_of.get("llmslo", {}).get("wire_total_p99_ms", []),
                                            TARGET_ADDED_TTFT_P99_MS)])
+            pooled = gw.get("wire_pooled_p99_ms", math.nan)
+            if pooled == pooled:
+                streams = sum(len(r) for r in sc.wire_steady.get("llmslo", []))
+                rows.append([sc.name, f"  the same, {streams:,} steady streams of {len(sc.runs)} repeats pooled "
+                             "(ms)", pooled, f"<= {TARGET_ADDED_TTFT_P99_MS:g}",
+                             interval_verdict(gw["wire_pooled_low_ms"], gw["wire_pooled_high_ms"],
+                                              TARGET_ADDED_TTFT_P99_MS)])
             m = gw.get("peak_rss_mib", math.nan)
             rows.append([sc.name, "peak RSS (MiB)", m, f"<= {TARGET_PEAK_RSS_MIB:g}",
                          verdict(m <= TARGET_PEAK_RSS_MIB if m == m else None)])
