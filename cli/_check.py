@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from llmslo.cli._common import EXIT_INPUT, EXIT_USAGE, shown
+from llmslo.cli._common import EXIT_INPUT, EXIT_USAGE, ApiKeyOption, ModelOption, ServerUrl, shown
 from llmslo.cli._common import duration as _duration
 from llmslo.cli._common import fail as _fail
 
@@ -105,10 +105,8 @@ def _lines(r: CheckResult) -> list[str]:
 
 
 def check_command(
-    url: Annotated[str, typer.Argument(help="The server: http://HOST:PORT, .../v1, or the endpoint's own URL.",
-                                       show_default=False, metavar="URL")],
-    model: Annotated[str | None, typer.Option("--model", help="Model to ask for (default: the first the server "
-                                              "lists at /v1/models).")] = None,
+    url: ServerUrl,
+    model: ModelOption = None,
     endpoint: Annotated[str | None, typer.Option("--endpoint", help="completions or chat (default: from the URL, "
                                                  "else chat).")] = None,
     metrics: Annotated[str | None, typer.Option(
@@ -119,8 +117,7 @@ def check_command(
     request_id_header: Annotated[str, typer.Option(
         "--request-id-header", help="The header that carries the request's id (the middleware's "
         "LLMSLO_REQUEST_ID_HEADER).", metavar="NAME")] = "X-Request-Id",
-    api_key: Annotated[str | None, typer.Option("--api-key", envvar="LLMSLO_API_KEY",
-                                                help="Sent as Authorization: Bearer KEY.")] = None,
+    api_key: ApiKeyOption = None,
     timeout: Annotated[str, typer.Option("--timeout", help="The longest wait for each answer.")] = "30s",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (for scripts).")] = False,
 ) -> None:

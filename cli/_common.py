@@ -1,4 +1,5 @@
-"""What every command shares: the output consoles, data shown literally, the error exit, SLO thresholds.
+"""What every command shares: the output consoles, data shown literally, the error exit, SLO thresholds, and the
+arguments of the commands that send requests to a server (``load``, ``check``).
 
 Exit status, the same for every command:
 
@@ -23,7 +24,7 @@ import math
 import re
 import sys
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -35,6 +36,14 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from llmslo.rules import Model
+
+ServerUrl = Annotated[str, typer.Argument(help="The server: http://HOST:PORT, .../v1, or the endpoint's own URL.",
+                                          show_default=False, metavar="URL")]
+"""The server a command sends requests to."""
+ModelOption = Annotated[str | None, typer.Option("--model", help="Model to ask for (default: the first the server "
+                                                 "lists at /v1/models).")]
+ApiKeyOption = Annotated[str | None, typer.Option("--api-key", envvar="LLMSLO_API_KEY",
+                                                  help="Sent as Authorization: Bearer KEY.")]
 
 EXIT_INPUT = 1
 """Exit status when an input (file, store, tool) is missing or invalid."""

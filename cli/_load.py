@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from llmslo.cli._common import ApiKeyOption, ModelOption, ServerUrl
+
 if TYPE_CHECKING:
     from llmslo.analysis.report import Report
     from llmslo.loadgen import BenchFigures, Goodput, LoadConfig, Progress, RunResult, Schedule, Target
@@ -371,14 +373,11 @@ def _json_safe(value: Any) -> Any:
 
 
 def load_command(
-    url: Annotated[str, typer.Argument(help="The server: http://HOST:PORT, .../v1, or the endpoint's own URL.",
-                                       show_default=False, metavar="URL")],
-    model: Annotated[str | None, typer.Option("--model", help="Model to ask for (default: the first the server "
-                                              "lists at /v1/models).")] = None,
+    url: ServerUrl,
+    model: ModelOption = None,
     endpoint: Annotated[str | None, typer.Option("--endpoint", help="completions or chat (default: from the "
                                                  "URL, else completions).")] = None,
-    api_key: Annotated[str | None, typer.Option("--api-key", envvar="LLMSLO_API_KEY",
-                                                help="Sent as Authorization: Bearer KEY.")] = None,
+    api_key: ApiKeyOption = None,
     tenant_class: Annotated[str | None, typer.Option("--tenant-class", help="Sent as X-Tenant-Class; also the "
                                                      "rows' tenant_class (default: default).")] = None,
     version: Annotated[str, typer.Option("--version", help="The version label of the client rows.")] = "client",
