@@ -79,7 +79,7 @@ Targets (met / not met): gateway CPU per chunk <= 1.5x Envoy's; fixed CPU per re
 <= 2 ms at 64 streams; peak RSS <= 150 MiB at 64 streams. A figure of every repeat is judged on every repeat
 (met when all are within the target). The added TTFT p99 on the wire is judged a second way too: one repeat has
 a few hundred steady streams, so its p99 rests on its four or five largest holds, and one stall of the machine
-moves it by a millisecond; pooled over the repeats, the p99 rests on five times as many, and a two-stage
+moves it by a millisecond; pooled over the repeats, the p99 rests on every repeat's largest, and a two-stage
 bootstrap (the repeats drawn, then each drawn repeat's streams) gives its 95 % interval
 (:func:`pooled_quantile`): met when the whole interval is within the target (:func:`interval_verdict`).
 
@@ -323,7 +323,7 @@ def pooled_quantile(repeats: Sequence[Sequence[float]], q: float, *, resamples: 
     The interval is a two-stage bootstrap (``resamples`` times: draw as many repeats as there are, with
     replacement, then each drawn repeat's samples with replacement; the quantile of the pool; seeded), so a repeat
     the machine disturbed widens it as much as the scatter within a repeat does. A p99 of one repeat of a few
-    hundred requests rests on its few largest samples; pooled, on five times as many."""
+    hundred requests rests on its few largest samples; pooled, on as many more as there are repeats."""
     import random
 
     groups = [list(r) for r in repeats if r]

@@ -66,13 +66,14 @@ def _ms(seconds: float | None) -> str:
 
 def _lines(r: CheckResult) -> list[str]:
     q = r.request
-    out = [f"server    {r.url} ({r.endpoint}, model {shown(r.model)})"]
+    out = [f"server    {shown(r.url)} ({r.endpoint}, model {shown(r.model)})"]
     if q.completed:
         usage = ("no usage" if q.completion_tokens is None else
                  f"usage {q.prompt_tokens if q.prompt_tokens is not None else '?'} prompt + {q.completion_tokens} "
                  "completion tokens")
-        out.append(f"request   id {q.request_id}: HTTP {q.status}, {q.content_chunks} content chunks, finish "
-                   f"{q.finish_reason}, {usage}; client TTFT {_ms(q.client_ttft_s)}, e2e {_ms(q.e2e_s)}")
+        chunks = f"{q.content_chunks} content chunk{'' if q.content_chunks == 1 else 's'}"
+        out.append(f"request   id {q.request_id}: HTTP {q.status}, {chunks}, finish {q.finish_reason}, {usage}; "
+                   f"client TTFT {_ms(q.client_ttft_s)}, e2e {_ms(q.e2e_s)}")
     else:
         out.append(f"request   id {q.request_id}: {q.finish_reason}: {shown(q.cause or '')}")
     echoed = q.echoed_request_id
@@ -83,11 +84,11 @@ def _lines(r: CheckResult) -> list[str]:
     reads = [("before", read) for read in r.looked] + ([("after ", r.after)] if r.after is not None else [])
     for when, read in reads:
         if read.has_llmslo:
-            out.append(f"metrics   {when} {read.url}: {read.llmslo_families} llmslo metric families, "
+            out.append(f"metrics   {when} {shown(read.url)}: {read.llmslo_families} llmslo metric families, "
                        f"llmslo_requests_total {read.requests_total:g}"
                        + ("" if read.openmetrics else " (plain text: no exemplars)"))
         else:
-            out.append(f"metrics   {when} {read.url}: {shown(read.error or 'no llmslo series')}")
+            out.append(f"metrics   {when} {shown(read.url)}: {shown(read.error or 'no llmslo series')}")
     if r.after is not None and r.after.exemplars:
         ttft = r.server_ttft_s
         parts = [f"{name} {_ms(value)}" for name, value in sorted(r.after.exemplars.items())
@@ -96,7 +97,8 @@ def _lines(r: CheckResult) -> list[str]:
         if ttft is not None and q.client_ttft_s is not None:
             relation = "<=" if ttft <= q.client_ttft_s else ">"
             out.append(f"          server TTFT {_ms(ttft)} {relation} client TTFT {_ms(q.client_ttft_s)}"
-                       + ("" if ttft <= q.client_ttft_s else ": the server's first token after the client's?"))
+                       + ("" if ttft <= q.client_ttft_s else
+                          ": the server timed a later first token than the first content chunk the client read"))
     out.append(f"verdict   {_VERDICT_LINES[r.verdict]}")
     advice = engine_advice(r) or r.advice
     if advice:

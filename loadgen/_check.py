@@ -21,6 +21,7 @@ says so. Verdicts, best first: ``recorded`` (the id is an exemplar), ``counted``
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -40,6 +41,9 @@ REQUESTS_TOTAL = "llmslo_requests_total"
 VERDICTS: tuple[str, ...] = ("recorded", "counted", "not_recorded", "no_metrics", "request_failed")
 """Every verdict, best first; the first two pass."""
 PROMPT = "Say hello in five words."
+AFTER_READS_S: tuple[float, ...] = (0.0, 0.1, 0.5)
+"""The waits before each read after the request (seconds), until one shows it: a server may commit the request's
+terminal state a moment after its last byte left."""
 MAX_OTHER_FAMILIES = 1000
 """The most names of other metric families a read keeps."""
 
@@ -169,6 +173,17 @@ async def read_metrics(client: httpx.AsyncClient, url: str, request_id: str | No
     return MetricsRead(url, 200, families, total, found, openmetrics, others=others)
 
 
+async def _read_after(client: httpx.AsyncClient, before: MetricsRead, request_id: str) -> MetricsRead:
+    """``before``'s URL read again, up to :data:`AFTER_READS_S` times, until it shows the request."""
+    after = before
+    for wait_s in AFTER_READS_S:
+        await asyncio.sleep(wait_s)
+        after = await read_metrics(client, before.url, request_id)
+        if after.exemplars or after.requests_total > before.requests_total:
+            break
+    return after
+
+
 def _seen(a: Attempt) -> RequestSeen:
     ttft = None if not a.chunk_ns or a.sent_ns is None else (a.chunk_ns[0] - a.sent_ns) / 1e9
     end = a.last_received_ns
@@ -234,6 +249,6 @@ async def check_server(target: Target, *, model: str | None = None, metrics_url:
         attempt.scheduled_ns = time.monotonic_ns()
         await send_attempt(client, request, attempt, HangUps())
         seen = _seen(attempt)
-        after = None if before is None else await read_metrics(client, before.url, request_id)
+        after = None if before is None else await _read_after(client, before, request_id)
     verdict, advice = _verdict(seen, before, after, looked, target.url[len(target.base):])
     return CheckResult(target.base, target.endpoint, model, seen, tuple(looked), before, after, verdict, advice)
