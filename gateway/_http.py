@@ -118,7 +118,8 @@ def _bad_byte(head: bytes, lines: list[bytes], what: str) -> str | None:
     NUL inside a line (a reader that took a bare LF for a line's end would see a header the gateway never read);
     else None."""
     ends = len(lines) - 1
-    if head.count(b"\n") == ends and head.count(b"\r") == ends and b"\0" not in head:
+    # NUL looked for by its value, 0: faster than b"\0" on Python 3.11 (see _CR in telemetry/_openai_stream.py)
+    if head.count(b"\n") == ends and head.count(b"\r") == ends and 0 not in head:
         return None
     bad = next(line for line in lines if b"\n" in line or b"\r" in line or b"\0" in line)
     return f"{what}: a CR, LF or NUL byte inside a line: {bad[:80].decode('latin-1')!r}"

@@ -820,7 +820,7 @@ class _UsageStripper:
             self._held = buf
             return b""
         head, self._held = buf[:cut + 2], buf[cut + 2:]
-        if b'"usage"' not in head:
+        if head.find(b'"usage"') < 0:
             return head
         return b"".join(e + b"\n\n" for e in head.split(b"\n\n")[:-1] if not _usage_only(e))
 
@@ -830,7 +830,7 @@ class _UsageStripper:
 
 
 def _usage_only(event: bytes) -> bool:
-    if b'"usage"' not in event or not event.startswith(b"data:"):
+    if event.find(b'"usage"') < 0 or not event.startswith(b"data:"):
         return False
     try:
         obj = json.loads(event[5:])

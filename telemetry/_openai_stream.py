@@ -27,6 +27,10 @@ from typing import NamedTuple
 
 from llmslo.telemetry._summary import REJECT_REASONS
 
+_CR, _LF = 13, 10
+"""A byte's value is looked for as an integer (``_CR in data``) and several bytes with ``find``: on Python 3.11
+``bytes in bytes`` first tries its argument as an integer, and raises and clears a TypeError doing so (143 ns
+against 68 for ``find`` and 17 for one byte's value, ``python -m timeit`` on a 100-byte chunk)."""
 MAX_EVENT_BYTES = 16 * 1024 * 1024
 """The longest event this parser holds before giving up (:class:`SseTooLarge`), bytes."""
 
@@ -49,10 +53,10 @@ class SseParser:
         if self._cr and data.startswith(b"\n"):
             data = data[1:]
         self._cr = data.endswith(b"\r")
-        if b"\r" in data:
+        if _CR in data:
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         buf = self._buf + data if self._buf else data
-        if b"\n\n" not in buf:
+        if buf.find(b"\n\n") < 0:
             if len(buf) > MAX_EVENT_BYTES:
                 raise SseTooLarge(f"an event of more than {MAX_EVENT_BYTES} bytes")
             self._buf = buf
@@ -61,7 +65,7 @@ class SseParser:
         self._buf = blocks.pop()
         out: list[bytes] = []
         for block in blocks:
-            if block.startswith(b"data: ") and b"\n" not in block:  # the usual shape: one data line
+            if block.startswith(b"data: ") and _LF not in block:  # the usual shape: one data line
                 out.append(block[6:])
                 continue
             payload = self._payload(block)

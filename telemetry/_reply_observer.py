@@ -217,7 +217,7 @@ class ReplyObserver:
         non-empty text between them holding no quote says the same as this one but for its text (an escaped
         quote would be a quote; a text ending in an odd run of backslashes would escape the closing quote and
         leave no valid JSON), so it is one content chunk without parsing."""
-        if payload not in body:
+        if body.find(payload) < 0:  # (find: see _openai_stream._CR)
             return
         start = -1
         for key in _TEXT_KEYS:
