@@ -379,8 +379,12 @@ class Scenario:
     """Client rows with a TTFT whose request id the upstream did not record (see :func:`join_overheads`)."""
     repeats_of: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     """Per target: each repeat's value of the figures in :data:`SPREAD` (set by :func:`figures`)."""
-    wire_steady: dict[str, list[list[float]]] = field(default_factory=dict)
-    """Per target: each repeat's added TTFT on the wire of its steady streams, seconds (set by :func:`figures`)."""
+
+    def wire_steady(self, name: str) -> list[list[float]]:
+        """Each repeat's added TTFT on the wire of ``name``'s steady streams (its short run past the opening
+        burst), seconds; repeats without wire figures left out."""
+        held = (rep[name][1].total_hold_s[self.streams:] for rep in self.runs if name in rep)
+        return [list(h) for h in held if h]
 
     @property
     def name(self) -> str:
@@ -466,7 +470,6 @@ def figures(sc: Scenario) -> dict[str, dict[str, float]]:
     targets = list(sc.runs[0]) if sc.runs else []
     for name in targets:
         per: dict[str, list[float]] = {}
-        sc.wire_steady[name] = []
 
         def add(key: str, value: float, per: dict[str, list[float]] = per) -> None:
             per.setdefault(key, []).append(value)
@@ -494,8 +497,6 @@ def figures(sc: Scenario) -> dict[str, dict[str, float]]:
                 if held:
                     add(f"{key}_p50_ms", quantile(held, 0.5) * 1e3)
                     add(f"{key}_p99_ms", quantile(held, 0.99) * 1e3)
-                    if key == "wire_total":
-                        sc.wire_steady[name].append(list(held))
             if long.total_hold_s:
                 add("wire_burst_total_p99_ms", quantile(long.total_hold_s, 0.99) * 1e3)
             if name != "direct" and (long.hold_s or short.hold_s):
@@ -515,8 +516,9 @@ def figures(sc: Scenario) -> dict[str, dict[str, float]]:
         out[name] = {k: median(v) for k, v in per.items()}
         sc.spreads[name] = {k: spread(v) for k, v in per.items() if k in SPREAD}
         sc.repeats_of[name] = {k: list(v) for k, v in per.items() if k in SPREAD}
-        if sc.wire_steady[name]:
-            p99, low, high = pooled_quantile(sc.wire_steady[name], 0.99)
+        steady = sc.wire_steady(name)
+        if steady:
+            p99, low, high = pooled_quantile(steady, 0.99)
             out[name].update(wire_pooled_p99_ms=p99 * 1e3, wire_pooled_low_ms=low * 1e3,
                              wire_pooled_high_ms=high * 1e3)
         if name in sc.peak_rss_mib:
@@ -851,7 +853,7 @@ def target_rows(scenarios: list[tuple[Scenario, dict[str, dict[str, float]]]]) -
                                            TARGET_ADDED_TTFT_P99_MS)])
             pooled = gw.get("wire_pooled_p99_ms", math.nan)
             if pooled == pooled:
-                streams = sum(len(r) for r in sc.wire_steady.get("llmslo", []))
+                streams = sum(len(r) for r in sc.wire_steady("llmslo"))
                 rows.append([sc.name, f"  the same, {streams:,} steady streams of {len(sc.runs)} repeats pooled "
                              "(ms)", pooled, f"<= {TARGET_ADDED_TTFT_P99_MS:g}",
                              interval_verdict(gw["wire_pooled_low_ms"], gw["wire_pooled_high_ms"],

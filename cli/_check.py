@@ -46,10 +46,10 @@ def engine_of(reads: tuple[MetricsRead, ...]) -> tuple[MetricsRead, EngineProfil
     return best
 
 
-def engine_advice(r: CheckResult) -> str | None:
-    """For a server with no llmslo series whose /metrics is an engine's own: what that means and what to do."""
-    found = engine_of(r.looked) if r.verdict == "no_metrics" else None
-    if found is None:
+def engine_advice(r: CheckResult, found: tuple[MetricsRead, EngineProfile, int] | None) -> str | None:
+    """For a server with no llmslo series whose /metrics is an engine's own (``found``, from :func:`engine_of`):
+    what that means and what to do."""
+    if found is None or r.verdict != "no_metrics":
         return None
     read, profile, n = found
     text = (f"{read.url} is {profile.name}'s own ({n} of its series): an engine's series count requests and "
@@ -100,7 +100,7 @@ def _lines(r: CheckResult) -> list[str]:
                        + ("" if ttft <= q.client_ttft_s else
                           ": the server timed a later first token than the first content chunk the client read"))
     out.append(f"verdict   {_VERDICT_LINES[r.verdict]}")
-    advice = engine_advice(r) or r.advice
+    advice = engine_advice(r, engine_of(r.looked)) or r.advice
     if advice:
         out.append(f"          {shown(advice)}")
     return out
@@ -165,7 +165,7 @@ def check_command(
         found = engine_of(result.looked)
         data["engine"] = None if found is None else {"key": found[1].key, "name": found[1].name, "series": found[2],
                                                      "url": found[0].url}
-        data["advice"] = engine_advice(result) or result.advice
+        data["advice"] = engine_advice(result, found) or result.advice
         typer.echo(json.dumps(data, indent=2))
     else:
         for line in _lines(result):

@@ -91,7 +91,7 @@ class RequestSeen:
 
     @property
     def completed(self) -> bool:
-        return self.finish_reason in ("stop", "length")
+        return self.cause is None
 
 
 @dataclass(frozen=True)
@@ -188,8 +188,7 @@ def _seen(a: Attempt) -> RequestSeen:
     ttft = None if not a.chunk_ns or a.sent_ns is None else (a.chunk_ns[0] - a.sent_ns) / 1e9
     end = a.last_received_ns
     e2e = None if end is None or a.sent_ns is None else (end - a.sent_ns) / 1e9
-    completed = a.finish_reason in ("stop", "length")
-    return RequestSeen(a.request_id, a.status, a.finish_reason, None if completed else a.cause(), len(a.chunk_ns),
+    return RequestSeen(a.request_id, a.status, a.finish_reason, a.cause(), len(a.chunk_ns),
                        a.usage_prompt_tokens, a.usage_completion_tokens, ttft, e2e, a.server_request_id)
 
 
