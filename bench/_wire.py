@@ -27,11 +27,12 @@ counted as missing by the caller).
 
 from __future__ import annotations
 
+import math
 import re
 import socket
 import struct
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from types import TracebackType
 
 SO_TIMESTAMPNS = 35
@@ -183,3 +184,53 @@ def _timestamp(ancillary: list[tuple[int, int, bytes]]) -> float | None:
             seconds, nanoseconds = struct.unpack_from("qq", value)
             return seconds + nanoseconds / 1e9
     return None
+
+
+# ---- arrivals in groups ------------------------------------------------------------------------------------------
+
+GROUP_GAP_S = 0.001
+"""Arrivals at the proxy less than this apart belong to one group (seconds): streams that ended together send
+their next requests within a few hundred microseconds of each other, a new round's first one comes tens of
+milliseconds (an engine step) after the last group."""
+PLACES: tuple[tuple[int, int], ...] = ((1, 1), (2, 5), (6, 10), (11, 20), (21, 40), (41, 1 << 30))
+"""The places in a group shown (1-based, both ends included)."""
+
+
+def place_label(first: int, last: int) -> str:
+    """``1st``, ``2-5``, ``41+``: a range of :data:`PLACES` as a column heading."""
+    if first == last == 1:
+        return "1st"
+    return f"{first}+" if last >= 1 << 30 else f"{first}-{last}"
+
+
+def group_sizes(arrivals_s: Iterable[float], gap_s: float = GROUP_GAP_S) -> list[int]:
+    """The sizes of the groups ``arrivals_s`` (Unix seconds, any order) fall into, in time order: a new group
+    starts where an arrival comes ``gap_s`` or more after the one before it."""
+    times = sorted(arrivals_s)
+    sizes: list[int] = []
+    last = -math.inf
+    for t in times:
+        if t - last >= gap_s or not sizes:
+            sizes.append(0)
+        sizes[-1] += 1
+        last = t
+    return sizes
+
+
+def by_place(arrivals_s: Sequence[float], values: Sequence[float],
+             gap_s: float = GROUP_GAP_S) -> dict[tuple[int, int], list[float]]:
+    """``values[i]`` (the added TTFT of the stream that arrived at ``arrivals_s[i]``) by the place of its arrival
+    in its group (see :func:`group_sizes`), per range of :data:`PLACES`; ranges no arrival fell in are left out.
+    Raises ValueError when the two lengths differ."""
+    if len(arrivals_s) != len(values):
+        raise ValueError(f"{len(arrivals_s)} arrivals but {len(values)} values")
+    out: dict[tuple[int, int], list[float]] = {}
+    place, last = 0, -math.inf
+    for t, v in sorted(zip(arrivals_s, values, strict=True)):
+        place = place + 1 if t - last < gap_s and place else 1
+        last = t
+        for first, end in PLACES:
+            if first <= place <= end:
+                out.setdefault((first, end), []).append(v)
+                break
+    return out

@@ -57,6 +57,11 @@ measured in the same run:
   These are the proxy's own holds of the first token, without the engine's step or the load generator's event
   loop in them (what the proxy's CPU takes from the other two processes on the same cores is not in them).
   Steady: the 20-token runs less their first C streams; opening burst: the 200-token runs.
+  Below each scenario's table, **by place in an arrival group**: the steady streams' added TTFT on the wire by
+  the place of their request among those that reached the proxy less than 1 ms apart (:func:`place_table`),
+  every repeat's streams together, with the groups' sizes. A proxy that starts each request in less time than
+  the load generator takes to send the next keeps its figure flat along a group; one that takes longer adds
+  its excess once for every request ahead, and the largest groups then set the p99.
 - With ``--pin``, each proxy runs on a CPU of its own (the last one) and the benchmark, the load generator and
   the upstream on the others (``sched_setaffinity``), as a gateway deployed on cores of its own: the hold on the
   wire is then the proxy's work, not its wait for a core the engine or the load generator is using. Every proxy
@@ -116,7 +121,7 @@ from pathlib import Path
 
 from llmslo.bench import _proxies as px
 from llmslo.bench._util import median, spread, table, temp_dir
-from llmslo.bench._wire import WireCapture, WireUnavailable
+from llmslo.bench._wire import GROUP_GAP_S, PLACES, WireCapture, WireUnavailable, by_place, group_sizes, place_label
 from llmslo.gateway._http import ChunkedDecoder
 
 MODEL = "llmslo-sim"
@@ -178,6 +183,9 @@ class Run:
     total_hold_s: list[float] = field(default_factory=list)
     """``--wire``: per stream found both ways, in the same order, its request's hold plus its first event's: what
     the proxy added to the stream's TTFT, seconds."""
+    arrival_s: list[float] = field(default_factory=list)
+    """``--wire``: per stream of :attr:`total_hold_s`, in the same order, when the client's last packet of its
+    request reached the proxy (Unix seconds)."""
     wire_missing: int = 0
     """``--wire``: requests the run completed whose request or first event was not found on both sides."""
 
@@ -266,6 +274,7 @@ def wired_load(ports: tuple[int, int] | None, url: str, tokens: int, streams: in
     run.hold_s = [holds[rid] for rid in order]
     run.request_hold_s = [requests[rid] for rid in order if rid in requests]
     run.total_hold_s = [requests[rid] + holds[rid] for rid in order if rid in requests]
+    run.arrival_s = [cap.request_end[proxy][rid] for rid in order if rid in requests]
     run.wire_missing = max(0, run.requests - len(run.total_hold_s))
     return run
 
@@ -385,6 +394,12 @@ class Scenario:
         burst), seconds; repeats without wire figures left out."""
         held = (rep[name][1].total_hold_s[self.streams:] for rep in self.runs if name in rep)
         return [list(h) for h in held if h]
+
+    def wire_arrivals(self, name: str) -> list[list[float]]:
+        """Each repeat's arrivals at the proxy of the streams of :meth:`wire_steady`, in the same order (Unix
+        seconds)."""
+        arrived = (rep[name][1].arrival_s[self.streams:] for rep in self.runs if name in rep)
+        return [list(a) for a in arrived if a]
 
     @property
     def name(self) -> str:
@@ -616,6 +631,32 @@ def scenario_table(sc: Scenario, figs: dict[str, dict[str, float]], proxies: Seq
             f"{p} {sc.spreads.get(p, {}).get('wire_hold_p99_ms', '-')}" for p in shown) + ")"
     return (table(headers, rows) + f"\nadded TTFT over the {len(sc.runs)} repeat(s), min..max (ms): {ranges}"
             + (f"\n{sc.unmatched} client row(s) with a TTFT found no upstream row" if sc.unmatched else ""))
+
+
+def place_table(sc: Scenario, proxies: Sequence[str]) -> str | None:
+    """``--wire``: per proxy, the steady streams' added TTFT on the wire by the place of their request's arrival in
+    its group (:func:`llmslo.bench._wire.by_place`, every repeat's streams together): medians, with how many
+    streams; and the groups' sizes. None without wire figures."""
+    headers = ["proxy", "groups", "size p50 / p90 / max", *(place_label(a, b) for a, b in PLACES)]
+    rows: list[list[object]] = []
+    for name in proxies:
+        held, arrived = sc.wire_steady(name), sc.wire_arrivals(name)
+        if not held or len(held) != len(arrived):
+            continue
+        places: dict[tuple[int, int], list[float]] = {}
+        sizes: list[int] = []
+        for h, a in zip(held, arrived, strict=True):
+            sizes.extend(group_sizes(a))
+            for key, values in by_place(a, h).items():
+                places.setdefault(key, []).extend(values)
+        sizes.sort()
+        cells = [f"{median(places[key]) * 1e3:.2f} ({len(places[key])})" if key in places else "-" for key in PLACES]
+        rows.append([name, len(sizes), f"{quantile(sizes, 0.5):g} / {quantile(sizes, 0.9):g} / {sizes[-1]}",
+                     *cells])
+    if not rows:
+        return None
+    return (f"added TTFT on the wire by place in an arrival group, steady streams (a group: requests reaching the "
+            f"proxy less than {GROUP_GAP_S * 1e3:g} ms apart); median ms (streams):\n" + table(headers, rows))
 
 
 # ---- bytes ----------------------------------------------------------------------------------------------------
@@ -984,6 +1025,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     for sc, figs in done:
         print(f"\n== {sc.name}")
         print(scenario_table(sc, figs, args.proxies))
+        places = place_table(sc, args.proxies)
+        if places is not None:
+            print(places)
     rows = target_rows(done)
     if rows:
         print("\n== targets (llmslo gateway)")
