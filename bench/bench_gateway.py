@@ -83,9 +83,9 @@ Then two checks:
 Targets (met / not met): gateway CPU per chunk <= 1.5x Envoy's; fixed CPU per request <= 1 ms; added TTFT p99
 <= 2 ms at 64 streams; peak RSS <= 150 MiB at 64 streams. A figure of every repeat is judged on every repeat
 (met when all are within the target). The added TTFT p99 on the wire is judged a second way too: one repeat has
-a few hundred steady streams, so its p99 rests on its four or five largest holds, and one large group of arrivals
-more or less moves it by a millisecond; pooled over the repeats, the p99 rests on every repeat's largest, and a two-stage
-bootstrap (the repeats drawn, then each drawn repeat's streams) gives its 95 % interval
+a few hundred steady streams, so its p99 rests on its four or five largest holds, and one large group of
+arrivals more or less moves it by a millisecond; pooled over the repeats, the p99 rests on every repeat's largest,
+and a two-stage bootstrap (the repeats drawn, then each drawn repeat's streams) gives its 95 % interval
 (:func:`pooled_quantile`): met when the whole interval is within the target (:func:`interval_verdict`).
 
 The proxies are not dependencies of llmslo; install them for this benchmark only::

@@ -99,6 +99,9 @@ def _lines(r: CheckResult) -> list[str]:
             out.append(f"          server TTFT {_ms(ttft)} {relation} client TTFT {_ms(q.client_ttft_s)}"
                        + ("" if ttft <= q.client_ttft_s else
                           ": the server timed a later first token than the first content chunk the client read"))
+    if r.sent > 1:
+        out.append(f"          {r.sent} requests sent: another request replaced the exemplars of "
+                   + ("each before" if r.verdict == "recorded" else "each"))
     out.append(f"verdict   {_VERDICT_LINES[r.verdict]}")
     advice = engine_advice(r, engine_of(r.looked)) or r.advice
     if advice:
@@ -121,6 +124,9 @@ def check_command(
         "LLMSLO_REQUEST_ID_HEADER).", metavar="NAME")] = "X-Request-Id",
     api_key: ApiKeyOption = None,
     timeout: Annotated[str, typer.Option("--timeout", help="The longest wait for each answer.")] = "30s",
+    tries: Annotated[int, typer.Option(
+        "--tries", help="On a busy server another request may replace this one's exemplars before the metrics are "
+        "read again: send up to this many requests, each with its own id, until one is found.")] = 3,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (for scripts).")] = False,
 ) -> None:
     """Send one request and find it in the server's own llmslo metrics: does the server record requests?
@@ -133,9 +139,9 @@ def check_command(
 
     Start with: llmslo check http://127.0.0.1:8000
 
-    Exit status: 0 recorded (or counted: the counter rose but a busy server replaced this request's
-    exemplars); 1 not recorded, no llmslo metrics, the request failed, or the server cannot be reached; 2 the
-    command line is wrong.
+    Exit status: 0 recorded (or counted: the counter rose but a busy server replaced the exemplars of every
+    request sent, see --tries); 1 not recorded, no llmslo metrics, the request failed, or the server cannot be
+    reached; 2 the command line is wrong.
     """
     from llmslo.loadgen import ENDPOINTS, SpecError, Target, Unreachable, check_server, parse_request_id_header
 
@@ -150,12 +156,15 @@ def check_command(
                     EXIT_USAGE)
     if max_tokens < 1:
         raise _fail(f"--max-tokens: must be at least 1, got {max_tokens}", EXIT_USAGE)
+    if tries < 1:
+        raise _fail(f"--tries: must be at least 1, got {tries}", EXIT_USAGE)
     if metrics is not None and not metrics.startswith(("http://", "https://")):
         raise _fail(f"--metrics: an http(s) URL, e.g. http://127.0.0.1:9464/metrics, got {metrics!r}", EXIT_USAGE)
     timeout_s = _duration("timeout", timeout)
     try:
         result = asyncio.run(check_server(target, model=model, metrics_url=metrics, max_tokens=max_tokens,
-                                          request_id_header=header, api_key=api_key, timeout_s=timeout_s))
+                                          request_id_header=header, api_key=api_key, timeout_s=timeout_s,
+                                          tries=tries))
     except Unreachable as exc:
         raise _fail(f"{exc}; nothing was sent") from None
     except LookupError as exc:

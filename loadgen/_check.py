@@ -13,8 +13,9 @@ Where the metrics are: ``METRICS_PATHS`` on the server's own address, the first 
 or a URL given (the middleware's ``LLMSLO_METRICS_PORT`` server, the gateway's own port).
 
 A bucket's exemplar is the last request that landed in it, so on a busy server another request may have replaced
-this one's before the second read: then the verdict rests on the requests counter, which rose (``counted``), and
-says so. Verdicts, best first: ``recorded`` (the id is an exemplar), ``counted`` (not found, but the counter rose),
+this one's before the second read. Then another request is sent, up to ``tries`` in all, each with its own id,
+until one is found; where none is, the verdict rests on the requests counter, which rose (``counted``), and says
+so. Verdicts, best first: ``recorded`` (the id is an exemplar), ``counted`` (not found, but the counter rose),
 ``not_recorded`` (llmslo series, but this request left no trace: a route the middleware does not observe),
 ``no_metrics`` (no llmslo series where looked), ``request_failed`` (the request itself did not complete).
 """
@@ -105,11 +106,14 @@ class CheckResult:
     looked: tuple[MetricsRead, ...]
     """The reads of the metrics URLs before the request, in order, up to the first with llmslo series."""
     before: MetricsRead | None
-    """The read with llmslo series before the request (None: none had any)."""
+    """The read with llmslo series before the (last) request (None: none had any)."""
     after: MetricsRead | None
     """The same URL read after the request (None: not read, no llmslo series before it)."""
     verdict: str
     advice: str | None
+    sent: int = 1
+    """Requests sent: more than one where a busy server's other requests replaced the exemplars of those before
+    (``request`` is the last)."""
 
     @property
     def passed(self) -> bool:
@@ -219,19 +223,24 @@ def _verdict(seen: RequestSeen, before: MetricsRead | None, after: MetricsRead |
 
 async def check_server(target: Target, *, model: str | None = None, metrics_url: str | None = None,
                        max_tokens: int = 16, request_id_header: str = "x-request-id", api_key: str | None = None,
-                       timeout_s: float = 30.0) -> CheckResult:
-    """Send one streamed request to ``target`` between two reads of its llmslo metrics (see the module docstring).
-    ``model``: None asks the server (the first of ``/v1/models``). Raises :class:`Unreachable` when the server
-    cannot be reached, ``LookupError`` when it lists no model and none is given."""
+                       timeout_s: float = 30.0, tries: int = 3,
+                       transport: httpx.AsyncBaseTransport | None = None) -> CheckResult:
+    """Send a streamed request to ``target`` between two reads of its llmslo metrics (see the module docstring);
+    again, up to ``tries`` requests in all, while the counter rose but another request's exemplars replaced the
+    last one's. ``model``: None asks the server (the first of ``/v1/models``). ``transport``: httpx's (tests).
+    Raises :class:`Unreachable` when the server cannot be reached, ``LookupError`` when it lists no model and none
+    is given, ``ValueError`` for ``tries`` below 1."""
+    if tries < 1:
+        raise ValueError(f"tries: at least 1, got {tries}")
     if model is None:
         models = await probe(target, api_key=api_key, timeout_s=timeout_s)
         if not models:
             raise LookupError(f"{target.models_url} lists no model: give the model with --model")
         model = models[0]
-    request_id = str(uuid.uuid4())
     urls = (metrics_url,) if metrics_url is not None else tuple(target.base + p for p in METRICS_PATHS)
     auth = {} if api_key is None else {"authorization": f"Bearer {api_key}"}
-    async with httpx.AsyncClient(timeout=timeout_s, trust_env=False, headers=auth) as client:
+    endpoint_path = target.url[len(target.base):]
+    async with httpx.AsyncClient(timeout=timeout_s, trust_env=False, headers=auth, transport=transport) as client:
         looked: list[MetricsRead] = []
         for url in urls:
             looked.append(await read_metrics(client, url))
@@ -240,14 +249,28 @@ async def check_server(target: Target, *, model: str | None = None, metrics_url:
         before = looked[-1] if looked[-1].has_llmslo else None
         shape = RequestShape(model, target.endpoint, stream=True, ignore_eos=False, api_key=api_key,
                              request_id_header=request_id_header)
-        request = Request(target.url, shape.body(PROMPT, max_tokens), shape.headers(request_id), True,
-                          request_id_header)
-        attempt = Attempt(request_id=request_id, index=0, scheduled_offset_s=0.0, prompt_words=len(PROMPT.split()),
-                          max_tokens=max_tokens)
-        attempt.asked_usage = True
-        attempt.scheduled_ns = time.monotonic_ns()
-        await send_attempt(client, request, attempt, HangUps())
-        seen = _seen(attempt)
-        after = None if before is None else await _read_after(client, before, request_id)
-    verdict, advice = _verdict(seen, before, after, looked, target.url[len(target.base):])
-    return CheckResult(target.base, target.endpoint, model, seen, tuple(looked), before, after, verdict, advice)
+        sent = 0
+        while True:
+            sent += 1
+            request_id = str(uuid.uuid4())
+            seen = await _send(client, target, shape, request_id, max_tokens)
+            after = None if before is None else await _read_after(client, before, request_id)
+            verdict, advice = _verdict(seen, before, after, looked, endpoint_path)
+            if verdict != "counted" or after is None or not after.openmetrics or sent == tries:
+                break  # (without exemplars, another request cannot do better)
+            before = after
+    return CheckResult(target.base, target.endpoint, model, seen, tuple(looked), before, after, verdict, advice,
+                       sent)
+
+
+async def _send(client: httpx.AsyncClient, target: Target, shape: RequestShape, request_id: str,
+                max_tokens: int) -> RequestSeen:
+    """One streamed request with ``request_id``, read as ``llmslo load`` reads every request."""
+    request = Request(target.url, shape.body(PROMPT, max_tokens), shape.headers(request_id), True,
+                      shape.request_id_header)
+    attempt = Attempt(request_id=request_id, index=0, scheduled_offset_s=0.0, prompt_words=len(PROMPT.split()),
+                      max_tokens=max_tokens)
+    attempt.asked_usage = True
+    attempt.scheduled_ns = time.monotonic_ns()
+    await send_attempt(client, request, attempt, HangUps())
+    return _seen(attempt)

@@ -8,15 +8,18 @@ llama-server, known by its own series; the verdicts from metrics texts; bad opti
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
-from llmslo.loadgen import MetricsRead, RequestSeen
+from llmslo.loadgen import MetricsRead, RequestSeen, Target, check_server
 from llmslo.loadgen._check import _verdict, parse_metrics
 from llmslo.tests._loadgen_util import llmslo
 from llmslo.tests._middleware_app import Uvicorn
@@ -135,6 +138,7 @@ def test_bad_options_exit_2_and_an_unreachable_server_1(tmp_path: Path) -> None:
         (("http://127.0.0.1:1", "--request-id-header", "off"), 2, "needs a header to carry the request's id"),
         (("http://127.0.0.1:1", "--metrics", "127.0.0.1:9464"), 2, "--metrics: an http(s) URL"),
         (("http://127.0.0.1:1", "--max-tokens", "0"), 2, "--max-tokens: must be at least 1"),
+        (("http://127.0.0.1:1", "--tries", "0"), 2, "--tries: must be at least 1"),
         ((f"http://127.0.0.1:{port}",), 1, "cannot reach"),
     ]
     for args, code, message in cases:
@@ -192,3 +196,72 @@ def test_a_failed_request_and_no_metrics_come_first() -> None:
     assert _verdict(_seen(), None, None, [MetricsRead(url, 404, error="HTTP 404")], "/v1/completions")[0] == \
         "no_metrics"
     assert _verdict(_seen(), ok, ok, [ok], "/v1/completions") == ("recorded", None)
+
+
+class BusyServer:
+    """An ASGI server whose other clients replace the exemplars of the first ``replaced`` requests it gets before
+    its metrics are read again (every read after a request shows another id), then keep them; its counter counts
+    every request."""
+
+    def __init__(self, replaced: int) -> None:
+        self.replaced = replaced
+        self.requests: list[str] = []
+
+    async def __call__(self, scope: dict[str, object], receive: Any, send: Any) -> None:
+        assert scope["type"] == "http"
+        if scope["path"] == "/llmslo/metrics":
+            last = self.requests[-1] if self.requests else "none"
+            shown = last if len(self.requests) > self.replaced else "another-client"
+            body = (f"# TYPE llmslo_requests counter\nllmslo_requests_total{{finish_reason=\"stop\"}} "
+                    f"{float(len(self.requests))} # {{request_id=\"{shown}\"}} 1.0\n# EOF\n").encode()
+            await _answer(send, 200, b"application/openmetrics-text; version=1.0.0; charset=utf-8", [body])
+            return
+        while (await receive()).get("more_body"):
+            pass
+        headers = dict(scope["headers"])  # type: ignore[call-overload]
+        self.requests.append(headers[b"x-request-id"].decode())
+        event = {"id": "c", "object": "chat.completion.chunk", "model": "m",
+                 "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
+        usage = {"id": "c", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+        await _answer(send, 200, b"text/event-stream", [f"data: {json.dumps(event)}\n\n".encode(),
+                                                      f"data: {json.dumps(usage)}\n\n".encode(), b"data: [DONE]\n\n"])
+
+
+async def _answer(send: Any, status: int, content_type: bytes, parts: list[bytes]) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", content_type)]})
+    for i, part in enumerate(parts):
+        await send({"type": "http.response.body", "body": part, "more_body": i < len(parts) - 1})
+
+
+@pytest.mark.parametrize(("replaced", "tries", "verdict", "sent"), [
+    (0, 3, "recorded", 1),
+    (2, 3, "recorded", 3),  # the third request's exemplar stays
+    (3, 3, "counted", 3),  # none of the three is found: the counter decides
+    (2, 1, "counted", 1),
+])
+def test_on_a_busy_server_another_request_is_sent_until_one_is_found(replaced: int, tries: int, verdict: str,
+                                                                      sent: int) -> None:
+    server = BusyServer(replaced)
+    target = Target.parse("http://busy.test", "chat")
+    result = asyncio.run(check_server(target, model="m", tries=tries, transport=httpx.ASGITransport(app=server)))
+    assert (result.verdict, result.sent, len(server.requests)) == (verdict, sent, sent)
+    assert len(set(server.requests)) == sent  # each request its own id
+    assert result.request.request_id == server.requests[-1]
+    assert result.passed
+
+
+def test_the_report_says_how_many_requests_it_took() -> None:
+    from llmslo.cli._check import _lines
+
+    server = BusyServer(2)
+    result = asyncio.run(check_server(Target.parse("http://busy.test", "chat"), model="m",
+                                      transport=httpx.ASGITransport(app=server)))
+    text = "\n".join(_lines(result))
+    assert "3 requests sent: another request replaced the exemplars of each before" in text
+    assert f"request   id {server.requests[-1]}:" in text
+    assert result.to_dict()["sent"] == 3
+
+
+def test_tries_below_one_are_refused() -> None:
+    with pytest.raises(ValueError, match="tries: at least 1"):
+        asyncio.run(check_server(Target.parse("http://busy.test", "chat"), model="m", tries=0))
