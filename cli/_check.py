@@ -100,8 +100,8 @@ def _lines(r: CheckResult) -> list[str]:
                        + ("" if ttft <= q.client_ttft_s else
                           ": the server timed a later first token than the first content chunk the client read"))
     if r.sent > 1:
-        out.append(f"          {r.sent} requests sent: another request replaced the exemplars of "
-                   + ("each before" if r.verdict == "recorded" else "each"))
+        replaced = f"the first {r.sent - 1}" if r.verdict == "recorded" else "every one"
+        out.append(f"          {r.sent} requests sent: other requests replaced the exemplars of {replaced}")
     out.append(f"verdict   {_VERDICT_LINES[r.verdict]}")
     advice = engine_advice(r, engine_of(r.looked)) or r.advice
     if advice:

@@ -257,9 +257,12 @@ def test_the_report_says_how_many_requests_it_took() -> None:
     result = asyncio.run(check_server(Target.parse("http://busy.test", "chat"), model="m",
                                       transport=httpx.ASGITransport(app=server)))
     text = "\n".join(_lines(result))
-    assert "3 requests sent: another request replaced the exemplars of each before" in text
+    assert "3 requests sent: other requests replaced the exemplars of the first 2" in text
     assert f"request   id {server.requests[-1]}:" in text
     assert result.to_dict()["sent"] == 3
+    none_found = asyncio.run(check_server(Target.parse("http://busy.test", "chat"), model="m",
+                                          transport=httpx.ASGITransport(app=BusyServer(3))))
+    assert "3 requests sent: other requests replaced the exemplars of every one" in "\n".join(_lines(none_found))
 
 
 def test_tries_below_one_are_refused() -> None:
