@@ -128,6 +128,8 @@ class Client(asyncio.Protocol):
         self.buf = b""
         self.upstream: Upstream | None = None
         self.close_after = False
+        self.connecting: asyncio.Task[None] | None = None
+        """The task opening a new upstream connection (kept: the loop holds tasks only weakly)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -154,7 +156,7 @@ class Client(asyncio.Protocol):
             self.upstream.start(self, request)
         else:
             self.upstream = Upstream(self.proxy)
-            asyncio.get_running_loop().create_task(self._connect(self.upstream, request))
+            self.connecting = asyncio.get_running_loop().create_task(self._connect(self.upstream, request))
 
     async def _connect(self, upstream: Upstream, request: bytes) -> None:
         try:
