@@ -203,34 +203,38 @@ def place_label(first: int, last: int) -> str:
     return f"{first}+" if last >= 1 << 30 else f"{first}-{last}"
 
 
-def group_sizes(arrivals_s: Iterable[float], gap_s: float = GROUP_GAP_S) -> list[int]:
-    """The sizes of the groups ``arrivals_s`` (Unix seconds, any order) fall into, in time order: a new group
-    starts where an arrival comes ``gap_s`` or more after the one before it."""
-    times = sorted(arrivals_s)
-    sizes: list[int] = []
+def _places(times_s: Sequence[float], gap_s: float) -> list[int]:
+    """The place (1-based) of each of ``times_s`` (sorted) in its group: a new group starts where an arrival comes
+    ``gap_s`` or more after the one before it."""
+    places: list[int] = []
     last = -math.inf
-    for t in times:
-        if t - last >= gap_s or not sizes:
+    for t in times_s:
+        places.append(places[-1] + 1 if places and t - last < gap_s else 1)
+        last = t
+    return places
+
+
+def group_sizes(arrivals_s: Iterable[float], gap_s: float = GROUP_GAP_S) -> list[int]:
+    """The sizes of the groups ``arrivals_s`` (Unix seconds, any order) fall into, in time order (see
+    :func:`_places`)."""
+    sizes: list[int] = []
+    for place in _places(sorted(arrivals_s), gap_s):
+        if place == 1:
             sizes.append(0)
         sizes[-1] += 1
-        last = t
     return sizes
 
 
 def by_place(arrivals_s: Sequence[float], values: Sequence[float],
              gap_s: float = GROUP_GAP_S) -> dict[tuple[int, int], list[float]]:
     """``values[i]`` (the added TTFT of the stream that arrived at ``arrivals_s[i]``) by the place of its arrival
-    in its group (see :func:`group_sizes`), per range of :data:`PLACES`; ranges no arrival fell in are left out.
+    in its group (see :func:`_places`), per range of :data:`PLACES`; ranges no arrival fell in are left out.
     Raises ValueError when the two lengths differ."""
     if len(arrivals_s) != len(values):
         raise ValueError(f"{len(arrivals_s)} arrivals but {len(values)} values")
+    pairs = sorted(zip(arrivals_s, values, strict=True))
     out: dict[tuple[int, int], list[float]] = {}
-    place, last = 0, -math.inf
-    for t, v in sorted(zip(arrivals_s, values, strict=True)):
-        place = place + 1 if t - last < gap_s and place else 1
-        last = t
-        for first, end in PLACES:
-            if first <= place <= end:
-                out.setdefault((first, end), []).append(v)
-                break
+    for place, (_, v) in zip(_places([t for t, _ in pairs], gap_s), pairs, strict=True):
+        key = next(r for r in PLACES if r[0] <= place <= r[1])
+        out.setdefault(key, []).append(v)
     return out

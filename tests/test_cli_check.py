@@ -200,26 +200,33 @@ def test_a_failed_request_and_no_metrics_come_first() -> None:
 
 class BusyServer:
     """An ASGI server whose other clients replace the exemplars of the first ``replaced`` requests it gets before
-    its metrics are read again (every read after a request shows another id), then keep them; its counter counts
-    every request."""
+    its metrics are read again (every read after a request shows another id), then keep them. It commits a
+    request's terminal state only by its ``late``-th read after it (the reads before show another id), while its
+    counter counts every request, and one more from another client at every read."""
 
-    def __init__(self, replaced: int) -> None:
+    def __init__(self, replaced: int, late: int = 1) -> None:
         self.replaced = replaced
+        self.late = late
         self.requests: list[str] = []
+        self.reads = self.reads_since = 0
 
     async def __call__(self, scope: dict[str, object], receive: Any, send: Any) -> None:
         assert scope["type"] == "http"
         if scope["path"] == "/llmslo/metrics":
+            self.reads += 1
+            self.reads_since += 1
             last = self.requests[-1] if self.requests else "none"
-            shown = last if len(self.requests) > self.replaced else "another-client"
+            ours = len(self.requests) > self.replaced and self.reads_since >= self.late
+            shown = last if ours else "another-client"
             body = (f"# TYPE llmslo_requests counter\nllmslo_requests_total{{finish_reason=\"stop\"}} "
-                    f"{float(len(self.requests))} # {{request_id=\"{shown}\"}} 1.0\n# EOF\n").encode()
+                    f"{float(len(self.requests) + self.reads)} # {{request_id=\"{shown}\"}} 1.0\n# EOF\n").encode()
             await _answer(send, 200, b"application/openmetrics-text; version=1.0.0; charset=utf-8", [body])
             return
         while (await receive()).get("more_body"):
             pass
         headers = dict(scope["headers"])  # type: ignore[call-overload]
         self.requests.append(headers[b"x-request-id"].decode())
+        self.reads_since = 0
         event = {"id": "c", "object": "chat.completion.chunk", "model": "m",
                  "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
         usage = {"id": "c", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
@@ -248,6 +255,15 @@ def test_on_a_busy_server_another_request_is_sent_until_one_is_found(replaced: i
     assert len(set(server.requests)) == sent  # each request its own id
     assert result.request.request_id == server.requests[-1]
     assert result.passed
+
+
+def test_a_request_committed_a_moment_late_on_a_busy_server_is_found_by_reading_again() -> None:
+    """The counter rose at once (other clients), but this request's exemplar shows only at the third read after
+    it: the check reads on (:data:`AFTER_READS_S`) instead of sending another request."""
+    server = BusyServer(0, late=3)
+    result = asyncio.run(check_server(Target.parse("http://busy.test", "chat"), model="m",
+                                      transport=httpx.ASGITransport(app=server)))
+    assert (result.verdict, result.sent, server.reads) == ("recorded", 1, 1 + 3)
 
 
 def test_the_report_says_how_many_requests_it_took() -> None:
