@@ -31,9 +31,6 @@ from llmslo.telemetry import ConfigurationError
 BACKEND_ID = re.compile(r"[A-Za-z0-9._-]{1,32}")
 """What a backend id may be (it is a metric label value and a path segment of the admin API)."""
 MAX_BACKENDS = 16
-RECORD_DELAY_S = 0.05
-"""The default :attr:`GatewayConfig.record_delay_s` (seconds): long enough to leave a burst of ends and the
-requests that follow them, short enough that nobody reads a summary before it is written."""
 """The most backends one gateway routes to (each is a breaker label value: bounded)."""
 ENGINE_PROFILES: Mapping[str, EngineProfile] = MappingProxyType({p.key: p for p in all_profiles()})
 """The engines whose ``/metrics`` a backend's ``engine`` may name, by key: their profiles say which series to
@@ -183,10 +180,6 @@ class GatewayConfig:
     engine_interval_s: float = 1.0
     """How often the ``/metrics`` of a backend with an ``engine`` is read; figures older than three of these are
     ignored in routing."""
-    record_delay_s: float | None = RECORD_DELAY_S
-    """How long after its end a request's record (summary row, metrics, span) may wait to be written, so that the
-    bookkeeping of requests that end together does not delay the requests that arrive with them (None: at
-    once). A scrape of ``/metrics`` and the gateway's close write the records waiting first."""
     drain_settle_s: float = 1.0
     drain_budget_s: float = 30.0
     drain_idle_s: float | None = 10.0
@@ -224,8 +217,7 @@ class GatewayConfig:
             value = getattr(self, name)
             if not isinstance(value, int | float) or not value > 0:
                 raise ConfigurationError(f"{name}: must be a number of seconds > 0, got {value!r}")
-        for name in ("ttft_bound_s", "request_timeout_s", "drain_idle_s", "drain_max_inflight_s", "idle_timeout_s",
-                     "record_delay_s"):
+        for name in ("ttft_bound_s", "request_timeout_s", "drain_idle_s", "drain_max_inflight_s", "idle_timeout_s"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int | float) or not value > 0):
                 raise ConfigurationError(f"{name}: must be a number of seconds > 0 or off, got {value!r}")

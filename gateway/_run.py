@@ -96,7 +96,6 @@ class Gateway:
             cfg.host, cfg.port, reuse_address=True)
         admin = await loop.create_server(lambda: FrontConnection(self.admin, ADMIN_BODY_BYTES),
                                          "127.0.0.1", cfg.admin_port, reuse_address=True)
-        self.tel.record_later(cfg.record_delay_s)
         self._servers = [front, admin]
         self.port = front.sockets[0].getsockname()[1]
         self.admin_port = admin.sockets[0].getsockname()[1]
@@ -141,7 +140,6 @@ class Gateway:
             if conn.transport is not None:
                 conn.transport.abort()
         await self.pool.close()
-        self.tel.record_later(None)  # the records still waiting are written
         self.stopped.set()
 
     async def drain_and_stop(self) -> DrainRecord:

@@ -33,7 +33,6 @@ from llmslo.telemetry import _names as N
 from llmslo.telemetry._errors import ConfigurationError
 from llmslo.telemetry._guard import Guard
 from llmslo.telemetry._labels import LabelPolicy
-from llmslo.telemetry._later import LaterRecords
 from llmslo.telemetry._metrics import EXEMPLAR_MAX_CHARS, TelemetryMetrics, exemplar_labels
 from llmslo.telemetry._policy import SloPolicy
 from llmslo.telemetry._summary import FINISH_REASONS, REJECT_REASONS, tpot_s
@@ -171,8 +170,6 @@ class Telemetry:
         # no lock; readers take a copy.
         self._live: dict[int, RequestTracker] = {}
         self._draining = False
-        self._later: LaterRecords | None = None
-        self.metrics.before_read = self.flush_records
         try:  # a RequestTracing sizes its buckets by the policies (it may refuse), a SummarySink counts here
             for part in (tracing, sink, journal):
                 attach = getattr(part, "attach", None)
@@ -250,36 +247,6 @@ class Telemetry:
             return wrapper
 
         return decorate
-
-    # ---- when records are written ------------------------------------------------------------------------
-
-    def record_later(self, delay_s: float | None) -> None:
-        """Write each request's record (summary row, metrics, span) up to ``delay_s`` seconds after its terminal
-        state, on the running event loop, a few at a time between its reads (:mod:`llmslo.telemetry._later`);
-        None: at once, as its request ends (the default). Call it on the loop's thread: requests that end on
-        another thread are recorded at once. Any read of the metrics (a scrape) and :meth:`flush_records` write
-        the records waiting first; so does switching back to None.
-
-        Raises :class:`ConfigurationError` for a delay that is not a positive number of seconds, or without a
-        running event loop."""
-        if delay_s is not None and (isinstance(delay_s, bool) or not isinstance(delay_s, int | float)
-                                    or not delay_s > 0):
-            raise ConfigurationError(f"Telemetry.record_later: expected seconds > 0 or None, got {delay_s!r}")
-        later = None
-        if delay_s is not None:
-            try:
-                later = LaterRecords(asyncio.get_running_loop(), float(delay_s))
-            except RuntimeError:
-                raise ConfigurationError("Telemetry.record_later: needs a running event loop") from None
-        old, self._later = self._later, later
-        if old is not None:
-            old.close()
-
-    def flush_records(self) -> None:
-        """Write every record still waiting (:meth:`record_later`), now. Never raises."""
-        later = self._later
-        if later is not None:
-            later.flush()
 
     # ---- server state ------------------------------------------------------------------------------------
 
@@ -679,19 +646,11 @@ class RequestTracker:
         tel._live.pop(id(self), None)
         if resources:
             self._release(resources)
-        later = tel._later
-        if later is not None and later.on_loop_thread():
-            later.add(functools.partial(self._record, now, tel.clock_unix_s()))
-        else:
-            self._record(now, None)
-        return True
-
-    def _record(self, finish_ns: int, unix_s: float | None) -> None:
-        """Write the request's record (see :meth:`_complete`); never raises."""
         try:
-            self._complete(finish_ns, unix_s)
+            self._complete(now)
         except Exception as exc:
-            self._tel.guard.error("finish.summary", exc)
+            tel.guard.error("finish.summary", exc)
+        return True
 
     def _release(self, resources: list[tuple[str, Callable[[], object]]]) -> None:
         for name, release in reversed(resources):
@@ -701,9 +660,7 @@ class RequestTracker:
             except Exception as exc:
                 self._tel.guard.error(f"release:{name}"[:80], exc)
 
-    def _complete(self, finish_ns: int, unix_s: float | None) -> None:
-        """The record of the request ended at ``finish_ns``: its summary row (to the sink), its metrics and span.
-        ``unix_s``: the wall clock at its end, for the exemplars (None: now)."""
+    def _complete(self, finish_ns: int) -> None:
         tel = self._tel
         m = tel.metrics
         log: TokenLogLike = self._log
@@ -758,8 +715,7 @@ class RequestTracker:
         m.record_finished((self._labels,
                            (reason, self.reject_reason, tel._verdict_keys[policy.name][good]),
                            (ttft, e2e, queue, self.client_ttft_s), tpot, itl,
-                           (self.prompt_tokens, log.proposed, generated, sent), ex,
-                           tel.clock_unix_s() if unix_s is None else unix_s),
+                           (self.prompt_tokens, log.proposed, generated, sent), ex, tel.clock_unix_s()),
                           self.admitted_ns is not None, self.scheduled_ns is not None)
         journal = tel.journal
         if journal is not None and not tel._journal_at_finish:

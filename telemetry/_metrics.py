@@ -188,10 +188,6 @@ def _merge(h: _Hist, counts: list[int], total: float, chosen: list[tuple[int, Ex
         h.exemplars[j] = ex
 
 
-def _nothing() -> None:
-    pass
-
-
 class TelemetryMetrics(Collector):
     """Every llmslo metric of one process, registered on ``registry`` (a fresh one when ``None``).
 
@@ -235,10 +231,6 @@ class TelemetryMetrics(Collector):
         self.lock = self._lock
         """The lock guarding the instruments; the request trackers of this process share it for their own
         state changes (admitted, scheduled, terminal), so a transition and its gauges change together."""
-        self.before_read: Callable[[], None] = _nothing
-        """Called before every read of the instruments (a scrape, :meth:`value`), outside the lock: where the
-        records of finished requests wait to be written (:meth:`Telemetry.record_later`), they are written
-        first."""
         self._hist: dict[str, dict[LabelValues, _Hist]] = {
             m.key: {} for m in N.METRICS if m.type == "histogram"
         }
@@ -485,7 +477,6 @@ class TelemetryMetrics(Collector):
 
     def series_count(self) -> int:
         """Number of labelled children across all metrics (the cardinality this process exposes)."""
-        self.before_read()
         with self._lock:
             self._fold()
             return (sum(len(c) for c in self._hist.values()) + sum(len(c) for c in self._counters.values())
@@ -493,7 +484,6 @@ class TelemetryMetrics(Collector):
 
     def value(self, key: str, **labels: str) -> float:
         """Current value of a counter or gauge child, or the observation count of a histogram child (tests)."""
-        self.before_read()
         metric = N.METRICS_BY_KEY[key]
         values = tuple(labels.get(n, "") for n in metric.labels)
         with self._lock:
@@ -508,7 +498,6 @@ class TelemetryMetrics(Collector):
 
     def collect(self) -> Iterator[PromMetric]:
         """The metric families, in catalogue order, children sorted by label values (deterministic text)."""
-        self.before_read()
         with self._lock:
             self._fold()
             families: list[PromMetric] = []

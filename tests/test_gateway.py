@@ -687,37 +687,6 @@ def test_the_state_kept_per_model_is_bounded_the_rest_shares_one_entry() -> None
     assert len(table) == MAX_MODELS + 1 and made.count("other") == 1
 
 
-def test_a_requests_record_waits_out_the_burst_but_a_scrape_or_the_close_writes_it() -> None:
-    async def go() -> None:
-        b = ScriptedBackend()
-        async with running([b], record_delay_s=30.0) as (gw, rows), client(gw.port) as c:
-            status, _, _ = await stream(c, "script:tokens=4")
-            await asyncio.sleep(0.05)
-            assert status == 200 and gw.tel.in_flight() == []  # ended, its admission slot freed
-            assert rows == []  # its record waits (30 s here)
-            metrics = (await c.get("/metrics")).text  # a scrape writes it first
-            assert len(rows) == 1 and rows[0]["generated_tokens"] == 4
-            assert re.search(r'^llmslo_requests_total\{finish_reason="length",model="m",.*\} 1\.0$', metrics, re.M)
-            await stream(c, "script:tokens=2")
-            await asyncio.sleep(0.05)
-            assert len(rows) == 1
-        assert [r["generated_tokens"] for r in rows] == [4, 2]  # the close wrote the last one
-        async with running([ScriptedBackend()], record_delay_s=None) as (gw, rows), client(gw.port) as c:
-            await stream(c, "script:tokens=3")
-            await asyncio.sleep(0.05)
-            assert len(rows) == 1  # at once
-
-    run(go())
-
-
-@pytest.mark.parametrize("delay", [0, -0.1])
-def test_a_record_delay_that_is_not_positive_is_refused(delay: float) -> None:
-    from llmslo.gateway import BackendSpec, GatewayConfig
-
-    with pytest.raises(ConfigurationError, match=r"record_delay_s: must be a number of seconds > 0 or off"):
-        GatewayConfig(backends=(BackendSpec("a", "http://127.0.0.1:9"),), record_delay_s=delay)
-
-
 def test_a_closed_client_connection_leaves_no_cycle_for_the_garbage_collector() -> None:
     import gc
 
