@@ -39,9 +39,10 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +71,10 @@ STREAM_OPTIONS_REFUSALS: tuple[int, ...] = (400, 422)
 """The statuses that, with a body naming ``stream_options``, say the server refuses that field."""
 MAX_REPLY_BYTES = 64 * 1024 * 1024
 """The largest non-streamed reply read, bytes."""
+AFTER_DONE_BYTES = 64 * 1024
+AFTER_DONE_S = 1.0
+"""After a stream's ``[DONE]``, the most bytes and seconds its body's rest is read for, so that its connection is
+kept alive; past either the connection is closed (a server that sends on, or never ends the body)."""
 ERROR_TYPES: tuple[str, ...] = ("connect_error", "read_error", "stream_error", "truncated")
 """The client's error classes besides ``http_<status>``."""
 
@@ -626,11 +631,26 @@ async def _read_bounded(response: httpx.Response, a: Attempt, limit: int) -> byt
     return b"".join(parts)
 
 
+async def _read_to_end(body: AsyncIterator[bytes]) -> None:
+    """After ``[DONE]``, read what is left of the body (its chunked end, usually nothing more), as OpenAI's client
+    does, so that the connection is kept for the next request instead of closed: at most :data:`AFTER_DONE_BYTES`
+    within :data:`AFTER_DONE_S`, else the connection is closed as before. The reply is complete at ``[DONE]``:
+    nothing read here counts."""
+    left = AFTER_DONE_BYTES
+    with contextlib.suppress(httpx.HTTPError, OSError, TimeoutError):
+        async with asyncio.timeout(AFTER_DONE_S):
+            async for data in body:
+                left -= len(data)
+                if left < 0:
+                    return
+
+
 async def _read_stream(response: httpx.Response, a: Attempt) -> None:
     parser = SseParser()
     pace = a.plan.slow_tokens_per_s
     monotonic_ns = time.monotonic_ns
-    async for data in response.aiter_bytes():
+    body = response.aiter_bytes()
+    async for data in body:
         now = monotonic_ns()
         if a.first_byte_ns is None:
             a.first_byte_ns = now
@@ -641,6 +661,7 @@ async def _read_stream(response: httpx.Response, a: Attempt) -> None:
                 done = True
                 break
         if done:
+            await _read_to_end(body)
             return
         if pace is not None and a.chunk_ns:
             due = a.chunk_ns[0] + int((a.tokens_read - 1) * NS / pace)
