@@ -65,6 +65,10 @@ measured in the same run:
 - ``--proxies ...,floor`` adds a baseline beside the proxies: :mod:`llmslo.bench._floor_proxy` passes streams
   through on the gateway's event loop doing only what that needs (no admission, routing, observation or
   telemetry), so that what any Python proxy adds on this machine is measured in the same run.
+- The load generator keeps its connections alive, as OpenAI's client does; ``--no-keep-alive`` makes it open one
+  per request (``llmslo load --no-keep-alive``), as a client without a connection pool does. The two loads differ
+  in shape: streams that reconnect stay in step (their next requests reach the proxy in groups), streams that
+  keep their connections drift apart.
 - ``--base PATH`` adds ``llmslo-base``: the gateway of another checkout of the package (its folder, e.g. a git
   worktree of the commit before a change, first on that proxy's import path), run beside this one, repeat for
   repeat, with the ratio ``llmslo / llmslo-base``. This machine's figures move from run to run and from day to
@@ -233,14 +237,16 @@ class CpuReading:
 
 
 def run_load(url: str, tokens: int, streams: int, duration_s: float, seed: int, pid: int | None,
-             rows: Path | None = None) -> Run:
+             rows: Path | None = None, keep_alive: bool = True) -> Run:
     """One bounded ``llmslo load`` run against ``url``: ``streams`` chat streams of ``tokens`` tokens kept in
     flight for ``duration_s`` seconds, then stopped (the streams in flight finish). ``pid``: the proxy whose
-    CPU is read before and after (None: direct); ``rows``: a folder for the client's summaries (JSONL)."""
+    CPU is read before and after (None: direct); ``rows``: a folder for the client's summaries (JSONL);
+    ``keep_alive``: False for a new connection per request (``llmslo load --no-keep-alive``)."""
     cmd = [sys.executable, "-m", "llmslo.cli", "load", url, "--model", MODEL, "--endpoint", "chat",
            "--output-tokens", str(tokens), "--rate", str(SCHEDULED), "--max-requests", str(SCHEDULED),
            "--max-concurrency", str(streams), "--stop-wait", f"{STOP_WAIT_S:g}s", "--seed", str(seed),
-           "--json", "--no-progress", *(["--jsonl", str(rows)] if rows is not None else [])]
+           "--json", "--no-progress", *(["--jsonl", str(rows)] if rows is not None else []),
+           *([] if keep_alive else ["--no-keep-alive"])]
     before = CpuReading.of(pid)
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
@@ -270,14 +276,14 @@ def run_load(url: str, tokens: int, streams: int, duration_s: float, seed: int, 
 
 
 def wired_load(ports: tuple[int, int] | None, url: str, tokens: int, streams: int, duration_s: float, seed: int,
-               pid: int | None, rows: Path | None = None) -> Run:
+               pid: int | None, rows: Path | None = None, keep_alive: bool = True) -> Run:
     """:func:`run_load`; with ``ports`` (the upstream's, the proxy's), the packets on the loopback interface are
     read meanwhile and the run's :attr:`Run.hold_s` filled (``--wire``)."""
     if ports is None:
-        return run_load(url, tokens, streams, duration_s, seed, pid, rows)
+        return run_load(url, tokens, streams, duration_s, seed, pid, rows, keep_alive)
     engine, proxy = ports
     with WireCapture(ports) as cap:
-        run = run_load(url, tokens, streams, duration_s, seed, pid, rows)
+        run = run_load(url, tokens, streams, duration_s, seed, pid, rows, keep_alive)
     holds, requests = cap.holds(engine, proxy), cap.request_holds(engine, proxy)
     sent = cap.first[engine]
     order = sorted(holds, key=sent.__getitem__)
@@ -478,9 +484,11 @@ def run_scenario(folder: Path, pace: str, streams: int, args: argparse.Namespace
                 seed = 100 + r
                 rows = folder / f"client-{pace}-{streams}-{r}-{name}"
                 ports = (upstream.port, proxies[name].port) if wire and name in proxies else None
-                long = wired_load(ports, urls[name], LONG, streams, args.duration, seed, pids[name], rows / "long")
+                keep = not args.no_keep_alive
+                long = wired_load(ports, urls[name], LONG, streams, args.duration, seed, pids[name], rows / "long",
+                                  keep)
                 short = wired_load(ports, urls[name], SHORT, streams, args.duration, seed, pids[name],
-                                   rows / "short")
+                                   rows / "short", keep)
                 this[name] = (long, short)
                 say(f"  repeat {r + 1}, {name}: {long.requests} x {LONG} tokens, {short.requests} x {SHORT} tokens"
                     + (f"; CPU {long.cpu_s:.2f} + {short.cpu_s:.2f} s" if pids[name] else "")
@@ -991,6 +999,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                     help="in the scenarios, run each proxy on a CPU of its own (the last this process may use) and "
                          "everything else (this benchmark, the load generator, the upstream) on the others: the "
                          "proxy's hold without its waits for a core the others are using")
+    ap.add_argument("--no-keep-alive", action="store_true",
+                    help="the load generator opens a new connection for every request (llmslo load --no-keep-alive), "
+                         "as clients without a connection pool do; by default it keeps them, as OpenAI's client does")
     ap.add_argument("--base", type=Path, default=None, metavar="PATH",
                     help=f"another checkout of the package (its folder, e.g. a git worktree of the commit before a "
                          f"change), run as a further proxy, {px.BASE}, beside this one in the same run: how a change "
@@ -1047,7 +1058,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     codes = [sc.code for sc, _ in done] + [code_fingerprint()]
 
     print(f"Proxies in front of llmslo serve --jsonl (paced: --speed 1; fast: --speed {args.fast_speed:g}); "
-          f"llmslo load chat streams of {LONG} and {SHORT} tokens, C in flight, each run stopped "
+          f"llmslo load chat streams of {LONG} and {SHORT} tokens, C in flight "
+          f"({'a new connection per request' if args.no_keep_alive else 'connections kept alive'}), each run stopped "
           f"{args.duration:g} s after its start (its streams in flight then finish); medians of {args.repeats} "
           f"repeat(s), targets in rotating order. CPU: utime + stime of the proxy's process tree over each run "
           f"(schedstat ns when no thread came or went), less its idle rate; cpu = a * requests + b * chunks solved "

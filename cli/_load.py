@@ -389,6 +389,9 @@ def load_command(
         "--no-stream-options", help="Do not ask streams for their usage (stream_options). Without it the field "
         "is dropped by itself once the server refuses it (400/422 naming it); tokens are then counted from "
         "content chunks unless the server sends usage anyway.")] = False,
+    no_keep_alive: Annotated[bool, typer.Option(
+        "--no-keep-alive", help="Open a new connection for every request, closed after its reply, as a client "
+        "without a connection pool does (default: connections are kept and reused).")] = False,
     request_id: Annotated[str, typer.Option(
         "--request-id", help="uuid4 (random) or uuid7 (time-ordered, sorts by send time): every request's id, "
         "sent in --request-id-header and kept as the row's request_id.", metavar="uuid4|uuid7")] = "uuid4",
@@ -502,7 +505,7 @@ def load_command(
                             breaker=not no_breaker, slow_rcvbuf_bytes=slow_rcvbuf, stop_wait_s=stop_wait_s,
                             seed=seed, request_id=request_id,
                             request_id_header=parse_request_id_header(request_id_header),
-                            stream_options=not no_stream_options)
+                            stream_options=not no_stream_options, keep_alive=not no_keep_alive)
     except SpecError as exc:
         raise _usage(str(exc)) from None
     schedule = _schedule(trace, arrivals=arrivals, rate=rate, burstiness=burstiness,

@@ -637,7 +637,7 @@ async def _read_to_end(body: AsyncIterator[bytes]) -> None:
     within :data:`AFTER_DONE_S`, else the connection is closed as before. The reply is complete at ``[DONE]``:
     nothing read here counts."""
     left = AFTER_DONE_BYTES
-    with contextlib.suppress(httpx.HTTPError, OSError, TimeoutError):
+    with contextlib.suppress(httpx.HTTPError, httpx.StreamError, OSError, TimeoutError):
         async with asyncio.timeout(AFTER_DONE_S):
             async for data in body:
                 left -= len(data)

@@ -97,7 +97,9 @@ class LoadConfig:
     for attempts in flight (seconds); ``seed``: seeds prompts and behaviours; ``request_id``: the kind of
     request ids (``uuid4``, random; ``uuid7``, time-ordered); ``request_id_header``: the header that carries
     them (None: no header is sent, the rows still have their ids); ``stream_options``: ask streams for their
-    usage (``stream_options: {"include_usage": true}``) until the server refuses the field.
+    usage (``stream_options: {"include_usage": true}``) until the server refuses the field; ``keep_alive``: keep
+    connections for later requests (False: a new connection for every request, closed after it, as a client
+    without a connection pool does).
     """
 
     target: Target
@@ -117,6 +119,7 @@ class LoadConfig:
     request_id: str = "uuid4"
     request_id_header: str | None = DEFAULT_REQUEST_ID_HEADER
     stream_options: bool = True
+    keep_alive: bool = True
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -152,7 +155,7 @@ class LoadConfig:
             "behaviours": self.behaviours.to_dict(), "honour_retry_after": self.honour_retry_after,
             "breaker": self.breaker, "slow_rcvbuf_bytes": self.slow_rcvbuf_bytes, "stop_wait_s": self.stop_wait_s,
             "seed": self.seed, "request_id": self.request_id, "request_id_header": self.request_id_header,
-            "stream_options": self.stream_options,
+            "stream_options": self.stream_options, "keep_alive": self.keep_alive,
         }
 
 
@@ -493,8 +496,8 @@ class LoadRun:
     def _client(self, *, slow: bool) -> httpx.AsyncClient:
         rcvbuf = self.config.slow_rcvbuf_bytes if slow else None
         options = None if rcvbuf is None else [(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)]
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=self.config.max_concurrency or 1000,
-                              keepalive_expiry=KEEPALIVE_EXPIRY_S)
+        kept = (self.config.max_concurrency or 1000) if self.config.keep_alive else 0
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=kept, keepalive_expiry=KEEPALIVE_EXPIRY_S)
         transport = httpx.AsyncHTTPTransport(limits=limits, socket_options=options, trust_env=False)
         timeout = httpx.Timeout(connect=CONNECT_TIMEOUT_S, read=None, write=None, pool=None)
         return httpx.AsyncClient(transport=transport, timeout=timeout, trust_env=False)

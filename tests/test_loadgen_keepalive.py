@@ -9,11 +9,12 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
 from llmslo.loadgen import _attempt
-from llmslo.tests._loadgen_util import at, run
+from llmslo.tests._loadgen_util import at, llmslo, run
 
 EVENT = b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}\n\n'
 
@@ -27,21 +28,30 @@ def sse_server(end_body: bool) -> Iterator[dict[str, int]]:
     """A server of one-event streams on 127.0.0.1 that counts its connections; the body's end comes 20 ms after
     ``[DONE]`` in a write of its own (``end_body``), or never."""
     seen = {"connections": 0, "requests": 0, "port": 0}
+    """``connections``: those that carried a generation request (not the command's question for the models)."""
     loop = asyncio.new_event_loop()
     ready = threading.Event()
 
     writers: list[asyncio.StreamWriter] = []
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        seen["connections"] += 1
         writers.append(writer)
+        served = False
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
+                if head.startswith(b"GET "):  # the command asks which models are served
+                    models = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
+                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                                 % (len(models), models))
+                    continue
                 length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
                               if line.lower().startswith(b"content-length:"))
                 json.loads(await reader.readexactly(length))
                 seen["requests"] += 1
+                if not served:
+                    served = True
+                    seen["connections"] += 1
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
                              + _chunk(EVENT) + _chunk(b"data: [DONE]\n\n"))
                 await writer.drain()
@@ -99,3 +109,22 @@ def test_a_body_that_never_ends_after_done_costs_a_bounded_wait_and_a_new_connec
     assert [r["finish_reason"] for r in result.rows] == ["stop"] * 3  # complete at [DONE]
     assert all(r["e2e_s"] < 0.2 for r in result.rows)  # the wait after [DONE] is not the reply's
     assert seen["requests"] == 3 and seen["connections"] == 3
+
+
+def test_without_keep_alive_every_request_opens_its_own_connection() -> None:
+    with sse_server(end_body=True) as seen:
+        result, _ = run(f"http://127.0.0.1:{seen['port']}", at(*(0.0,) * 5), max_concurrency=1, keep_alive=False)
+    assert [r["finish_reason"] for r in result.rows] == ["stop"] * 5
+    assert seen["requests"] == 5 and seen["connections"] == 5
+
+
+def test_the_command_keeps_connections_unless_told_not_to(tmp_path: Path) -> None:
+    for flags, connections in (((), 1), (("--no-keep-alive",), 4)):
+        with sse_server(end_body=True) as seen:
+            done = llmslo("load", f"http://127.0.0.1:{seen['port']}", "--model", "m", "--max-requests", "4",
+                          "--rate", "1000", "--max-concurrency", "1", "--json", "--no-progress", *flags, cwd=tmp_path)
+            assert done.returncode == 0, done.stderr
+            report = json.loads(done.stdout)
+            assert report["run"]["config"]["keep_alive"] is (not flags)
+            assert report["load"]["finish"] == {"stop": 4}
+            assert seen["requests"] == 4 and seen["connections"] == connections
