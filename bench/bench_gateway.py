@@ -470,7 +470,7 @@ def run_scenario(folder: Path, pace: str, streams: int, args: argparse.Namespace
         urls = {"direct": upstream.url, **{n: p.url for n, p in proxies.items()}}
         pids: dict[str, int | None] = {"direct": None, **{n: p.pid for n, p in proxies.items()}}
         for url in urls.values():  # warm up: imports, caches, connection pools
-            run_load(url, SHORT, streams, min(3.0, args.duration), 1, None)
+            run_load(url, SHORT, streams, min(3.0, args.duration), 1, None, keep_alive=not args.no_keep_alive)
         for name, p in proxies.items():
             before = CpuReading.of(p.pid)
             time.sleep(IDLE_S)
@@ -834,11 +834,11 @@ def check_memory(folder: Path, names: Sequence[str], litellm: str | None, wait_s
     return rows, missing
 
 
-def code_fingerprint() -> str:
+def code_fingerprint(root: Path | None = None) -> str:
     """A short hash of the Python files of the package that the run exercises (the gateway, telemetry, controls,
     the simulated upstream, the load generator): a change in the middle of a run means its figures mix two
-    versions."""
-    root = Path(__file__).resolve().parent.parent
+    versions. ``root``: the package folder of another checkout (None: this one)."""
+    root = root if root is not None else Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
     for folder in ("gateway", "telemetry", "controls", "server", "loadgen"):
         for path in sorted((root / folder).glob("*.py")):
@@ -1069,7 +1069,8 @@ def main(argv: Sequence[str] | None = None) -> None:
           f"{wall / 60:.1f} min on {os.cpu_count()} CPUs"
           + (f"; each proxy pinned to CPU {min(args.proxy_cpus)}, everything else to the others (--pin)."
              if args.proxy_cpus else "."))
-    print(f"Code: {git_state() or 'no git'}; package fingerprint {codes[0]}.")
+    print(f"Code: {git_state() or 'no git'}; package fingerprint {codes[0]}"
+          + (f"; {px.BASE} from {args.base}, fingerprint {code_fingerprint(args.base)}." if args.base else "."))
     if len(set(codes)) > 1:
         print("WARNING: the package's code changed during the run (fingerprints "
               f"{' -> '.join(dict.fromkeys(codes))}): the scenarios below may have run different versions.")

@@ -390,7 +390,7 @@ def load_command(
         "is dropped by itself once the server refuses it (400/422 naming it); tokens are then counted from "
         "content chunks unless the server sends usage anyway.")] = False,
     no_keep_alive: Annotated[bool, typer.Option(
-        "--no-keep-alive", help="Open a new connection for every request, closed after its reply, as a client "
+        "--no-keep-alive", help="Open a new connection for every request, closed at its [DONE], as a client "
         "without a connection pool does (default: connections are kept and reused).")] = False,
     request_id: Annotated[str, typer.Option(
         "--request-id", help="uuid4 (random) or uuid7 (time-ordered, sorts by send time): every request's id, "

@@ -498,13 +498,16 @@ def attempt_log_entry(a: Attempt) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Request:
     """What to send: the URL of the endpoint, the JSON body, the headers; ``stream`` says whether the body
-    asks for a stream; ``id_header`` names the header that carries the request id (None: none does)."""
+    asks for a stream; ``id_header`` names the header that carries the request id (None: none does);
+    ``keep_alive``: whether the connection is to be kept for another request (then a stream is read to its end
+    after ``[DONE]``; else it is closed there)."""
 
     url: str
     body: bytes
     headers: Mapping[str, str]
     stream: bool
     id_header: str | None = "X-Request-Id"
+    keep_alive: bool = True
 
 
 class HangUps:
@@ -558,7 +561,7 @@ async def send_attempt(client: httpx.AsyncClient, request: Request, a: Attempt, 
     try:
         async with timer:
             hangups.add(a, timer)  # entered: a stop can reschedule it
-            error_body = await _exchange(client, built, request.stream, a, on_headers, request.id_header)
+            error_body = await _exchange(client, built, request, a, on_headers)
     except TimeoutError:
         if not timer.expired():  # pragma: no cover - a TimeoutError from elsewhere: a read that failed
             a.transport_error, a.transport_detail, a.error_class = "read_error", "TimeoutError", "TimeoutError"
@@ -586,10 +589,11 @@ def _failed(a: Attempt, error_type: str, exc: BaseException) -> None:
     a.transport_detail = _text(f"{type(exc).__name__}: {exc}")
 
 
-async def _exchange(client: httpx.AsyncClient, built: httpx.Request, stream: bool, a: Attempt,
-                    on_headers: Callable[[Attempt], None] | None, id_header: str | None) -> bytes | None:
-    """Send and read; the body of a non-200 answer (bounded) for classification, else None. ``id_header``:
-    the header whose echo is the server's request id."""
+async def _exchange(client: httpx.AsyncClient, built: httpx.Request, request: Request, a: Attempt,
+                    on_headers: Callable[[Attempt], None] | None) -> bytes | None:
+    """Send ``built`` (made from ``request``) and read; the body of a non-200 answer (bounded) for
+    classification, else None."""
+    stream, id_header = request.stream, request.id_header
     response = await client.send(built, stream=True)
     try:
         a.headers_ns = time.monotonic_ns()
@@ -610,7 +614,7 @@ async def _exchange(client: httpx.AsyncClient, built: httpx.Request, stream: boo
             body = await _read_bounded(response, a, MAX_REPLY_BYTES)
             a.on_reply(body, a.last_byte_ns or time.monotonic_ns())
             return None
-        await _read_stream(response, a)
+        await _read_stream(response, a, request.keep_alive)
         return None
     finally:
         await response.aclose()
@@ -645,7 +649,7 @@ async def _read_to_end(body: AsyncIterator[bytes]) -> None:
                     return
 
 
-async def _read_stream(response: httpx.Response, a: Attempt) -> None:
+async def _read_stream(response: httpx.Response, a: Attempt, keep_alive: bool) -> None:
     parser = SseParser()
     pace = a.plan.slow_tokens_per_s
     monotonic_ns = time.monotonic_ns
@@ -661,7 +665,8 @@ async def _read_stream(response: httpx.Response, a: Attempt) -> None:
                 done = True
                 break
         if done:
-            await _read_to_end(body)
+            if keep_alive:
+                await _read_to_end(body)
             return
         if pace is not None and a.chunk_ns:
             due = a.chunk_ns[0] + int((a.tokens_read - 1) * NS / pace)

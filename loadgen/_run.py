@@ -98,8 +98,8 @@ class LoadConfig:
     request ids (``uuid4``, random; ``uuid7``, time-ordered); ``request_id_header``: the header that carries
     them (None: no header is sent, the rows still have their ids); ``stream_options``: ask streams for their
     usage (``stream_options: {"include_usage": true}``) until the server refuses the field; ``keep_alive``: keep
-    connections for later requests (False: a new connection for every request, closed after it, as a client
-    without a connection pool does).
+    connections for later requests (False: a new connection for every request, closed at the stream's
+    ``[DONE]``, as a client without a connection pool does).
     """
 
     target: Target
@@ -558,7 +558,7 @@ class LoadRun:
         body = self._shape.body(self._prompts.prompt(a.index, a.prompt_words), a.max_tokens,
                                 stream_options=a.asked_usage)
         request = Request(self.config.target.url, body, self._shape.headers(a.request_id), self.config.stream,
-                          self.config.request_id_header)
+                          self.config.request_id_header, self.config.keep_alive)
         self._counts["sent"] += 1
         self._progress()
         try:

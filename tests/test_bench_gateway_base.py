@@ -16,11 +16,12 @@ from llmslo.bench.bench_gateway import base_problem, run_load
 PACKAGE = Path(px.__file__).resolve().parents[1]
 
 
-def _checkout(where: Path) -> Path:
-    """A second checkout of the package: every entry of this one, linked (the build outputs too)."""
+def _checkout(where: Path, without: str = "") -> Path:
+    """A second checkout of the package: every entry of this one, linked (the build outputs too), but the folder
+    ``without``."""
     where.mkdir()
     for entry in PACKAGE.iterdir():
-        if entry.name not in (".git", ".venv"):
+        if entry.name not in (".git", ".venv", without):
             (where / entry.name).symlink_to(entry)
     return where
 
@@ -56,12 +57,22 @@ def test_a_folder_that_is_not_a_checkout_is_refused(tmp_path: Path) -> None:
 def test_a_checkout_without_the_native_token_log_is_refused_where_this_one_has_it(tmp_path: Path) -> None:
     if not any((PACKAGE / "telemetry").glob("_tokenlog_c*.so")):
         pytest.skip("this checkout's native token log is not built (no C compiler): nothing to compare")
-    other = tmp_path / "other"
-    other.mkdir()
-    for entry in PACKAGE.iterdir():
-        if entry.name not in (".git", ".venv", "telemetry"):
-            (other / entry.name).symlink_to(entry)
-    (other / "telemetry").mkdir()
+    other = _checkout(tmp_path / "other", without="telemetry")
+    (other / "telemetry").mkdir()  # its Python files, not its build
     for f in (PACKAGE / "telemetry").glob("*.py"):
         (other / "telemetry" / f.name).symlink_to(f)
     assert "native token log (telemetry/_tokenlog_c*.so) is not built" in (base_problem(other) or "")
+
+
+def test_the_fingerprint_tells_two_checkouts_apart_by_their_code(tmp_path: Path) -> None:
+    import shutil
+
+    from llmslo.bench.bench_gateway import code_fingerprint
+
+    same = _checkout(tmp_path / "same")
+    assert code_fingerprint(same) == code_fingerprint()
+    changed = _checkout(tmp_path / "changed", without="gateway")
+    shutil.copytree(PACKAGE / "gateway", changed / "gateway", ignore=shutil.ignore_patterns("__pycache__"))
+    with (changed / "gateway" / "_http.py").open("a") as f:
+        f.write("\n# a change\n")
+    assert code_fingerprint(changed) != code_fingerprint()

@@ -111,11 +111,15 @@ def test_a_body_that_never_ends_after_done_costs_a_bounded_wait_and_a_new_connec
     assert seen["requests"] == 3 and seen["connections"] == 3
 
 
-def test_without_keep_alive_every_request_opens_its_own_connection() -> None:
+def test_without_keep_alive_every_request_opens_its_own_connection_closed_at_done(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    read_on: list[object] = []
+    monkeypatch.setattr(_attempt, "_read_to_end", lambda body: read_on.append(body))  # never awaited: never called
     with sse_server(end_body=True) as seen:
         result, _ = run(f"http://127.0.0.1:{seen['port']}", at(*(0.0,) * 5), max_concurrency=1, keep_alive=False)
     assert [r["finish_reason"] for r in result.rows] == ["stop"] * 5
     assert seen["requests"] == 5 and seen["connections"] == 5
+    assert read_on == []  # the connection is not kept: nothing after [DONE] is read
 
 
 def test_the_command_keeps_connections_unless_told_not_to(tmp_path: Path) -> None:
