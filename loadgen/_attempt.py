@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
-import json
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -341,18 +340,9 @@ def keep_body(body: bytes) -> str:
 
 
 def _error_type_of(body: bytes | None) -> str | None:
-    """``error.type`` (or a top-level ``type``) of a JSON error body; None when there is none."""
-    if not body:
-        return None
-    try:
-        obj = json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(obj, dict):
-        return None
-    err = obj.get("error")
-    kind = err.get("type") if isinstance(err, dict) else obj.get("type")
-    return kind if isinstance(kind, str) else None
+    """What a refusal's or failure's body says went wrong, as the one reader reads it (``read_reply``'s
+    ``error``: an ``error`` object's ``type``, ...); None when the body says nothing."""
+    return read_reply(body).error if body else None
 
 
 # ---- the summary row and the log line --------------------------------------------------------------------

@@ -183,11 +183,25 @@ def read_reply(body: bytes) -> ReplyEvent:
     return _read_object(obj, streamed=False)
 
 
-def _read_object(obj: dict[str, object], streamed: bool) -> ReplyEvent:
+def error_of(obj: dict[str, object]) -> str | None:
+    """What an error object says went wrong (bounded text), None when ``obj`` is not an error: an ``error`` object's
+    ``type``, else the ``error`` itself as text; a string ``error`` beside a string ``error_type`` (TGI's shape) is the
+    ``error_type``; an object of ``"object": "error"`` (vLLM's ``ErrorResponse`` before it nested ``error``) is its
+    top-level ``type``, else its ``message``."""
     err = obj.get("error")
     if err is not None:
-        kind = err.get("type") if isinstance(err, dict) else None
-        return ReplyEvent(error=bounded_text(kind if isinstance(kind, str) and kind else err))
+        kind = err.get("type") if isinstance(err, dict) else obj.get("error_type")
+        return bounded_text(kind if isinstance(kind, str) and kind else err)
+    if obj.get("object") == "error":
+        kind = obj.get("type")
+        return bounded_text(kind if isinstance(kind, str) and kind else obj.get("message", "error"))
+    return None
+
+
+def _read_object(obj: dict[str, object], streamed: bool) -> ReplyEvent:
+    error = error_of(obj)
+    if error is not None:
+        return ReplyEvent(error=error)
     content = False
     finish: str | None = None
     choices = obj.get("choices")

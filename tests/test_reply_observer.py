@@ -55,3 +55,46 @@ def test_a_chunk_whose_text_holds_a_quote_is_parsed_not_counted_blindly() -> Non
     assert not obs.plain(tricky)  # the quote breaks the shape: read it
     obs.body(tricky + chunk("c"), False)
     assert t.generated_tokens == 4
+
+
+# ---- error bodies: one reading for every front door ----------------------------------------------------------
+
+ERROR_BODIES: list[tuple[bytes, str | None]] = [
+    (b'{"error": {"type": "queue_full", "message": "full"}}', "queue_full"),      # OpenAI's, llmslo's own
+    (b'{"error": "queue_full"}', "queue_full"),                                   # a bare string
+    (b'{"error": "Model is overloaded", "error_type": "overloaded"}', "overloaded"),  # TGI's
+    (b'{"object": "error", "message": "x", "type": "BadRequestError", "code": 400}', "BadRequestError"),  # vLLM's
+    (b'{"object": "error", "message": "no room"}', "no room"),
+    (b'{"detail": "Not Found"}', None),
+    (b"not json", None),
+    (b"", None),
+]
+
+
+@pytest.mark.parametrize(("body", "kind"), ERROR_BODIES)
+def test_an_error_body_reads_the_same_for_the_load_generator_and_the_observer(body: bytes, kind: str | None) -> None:
+    from llmslo.loadgen._attempt import _error_type_of
+    from llmslo.telemetry._openai_stream import read_reply
+
+    assert (read_reply(body).error if body else None) == kind
+    assert _error_type_of(body) == kind
+    tel = Telemetry()
+    t = tel.start("r-err", model="m")
+    obs = R.ReplyObserver(t)
+    obs.start(503, b"application/json")
+    obs.body(body, True)
+    obs.complete()
+    expected = ("rejected", kind) if kind == "queue_full" else ("error", None)
+    assert (t.finish_reason, t.reject_reason) == expected
+
+
+def test_an_error_event_in_vllms_older_shape_ends_the_stream() -> None:
+    tel = Telemetry()
+    t = tel.start("r-err", model="m")
+    obs = R.ReplyObserver(t)
+    obs.start(200, b"text/event-stream")
+    obs.body(chunk("Hi", role=True), False)
+    obs.body(b'data: {"object": "error", "message": "boom", "type": "InternalServerError", "code": 500}\n\n', False)
+    obs.body(b"data: [DONE]\n\n", True)
+    obs.complete()
+    assert (t.finish_reason, obs.error) == ("error", "InternalServerError")
