@@ -225,7 +225,7 @@ def _run(config: GatewayConfig, version: str, writer: SummaryWriter | None) -> N
     except ConfigurationError as exc:
         raise _fail(str(exc), EXIT_USAGE) from None
     sink = SummarySink(writer) if writer is not None else None
-    tel = Telemetry(version=version, sink=sink)
+    tel = Telemetry(version=version, sink=sink, record_itl=True)  # the chunk times in each summary
 
     def ready(gw: Gateway) -> None:
         states = ", ".join(f"{b.id} {b.spec.url} ({'healthy' if b.healthy else 'unhealthy'})"

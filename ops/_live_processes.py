@@ -26,6 +26,7 @@ from llmslo.telemetry import LlmsloError
 
 __all__ = [
     "CLI_TIMEOUT_S",
+    "GATEWAY_READY",
     "READY_TIMEOUT_S",
     "LiveRunError",
     "llmslo_command",
@@ -74,6 +75,8 @@ def ready_match(process: subprocess.Popen[str], pattern: re.Pattern[str], name: 
 
 SERVING = re.compile(r"^serving .+ on http://\S+:(\d+)/?$")
 """The ready line of ``llmslo serve``."""
+GATEWAY_READY = re.compile(r"^gateway on http://127\.0\.0\.1:(\d+) \(admin http://127\.0\.0\.1:(\d+)\)")
+"""The ready line of ``llmslo gateway``: its port, then its admin port."""
 
 
 def ready_port(process: subprocess.Popen[str], timeout_s: float = READY_TIMEOUT_S) -> int:

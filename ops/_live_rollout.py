@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import subprocess
 import time
 from collections.abc import Callable, Mapping
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from llmslo.ops._live_processes import (
+    GATEWAY_READY,
     READY_TIMEOUT_S,
     LiveRunError,
     llmslo_command,
@@ -75,9 +75,6 @@ EXIT_TIMEOUT_S = 60.0
 SERVER_SLOTS = 16
 """The sequences each version's server runs at once (``--max-num-seqs``), and so its slots in the gateway's pool:
 both versions start at the same concurrency limit (twice their slots)."""
-GATEWAY_READY = re.compile(r"^gateway on http://127\.0\.0\.1:(\d+) \(admin http://127\.0\.0\.1:(\d+)\)")
-
-
 @dataclass(frozen=True)
 class LiveRolloutPlan:
     """The shape of a live rolling update; durations in seconds, the rate in requests per second.

@@ -87,8 +87,7 @@ def test_a_route_the_middleware_does_not_observe_is_not_recorded(tmp_path: Path)
 @pytest.mark.integration
 def test_the_gateway_records_it_at_metrics_and_its_backend_under_the_same_id(tmp_path: Path) -> None:
     """``/llmslo/metrics`` answers 404 there, so ``/metrics`` is read; ``--metrics`` reads the backend's own."""
-    from llmslo.ops._live_processes import ready_match, ready_port, started
-    from llmslo.ops._live_rollout import GATEWAY_READY
+    from llmslo.ops._live_processes import GATEWAY_READY, ready_match, ready_port, started
     from llmslo.tests._loadgen_util import LLMSLO
 
     with started([str(LLMSLO), "serve", "--port", "0"], tmp_path / "serve.log", stdout=subprocess.PIPE) as serve:

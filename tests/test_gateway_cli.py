@@ -70,8 +70,7 @@ def test_a_bad_reserve_quantile_is_a_usage_error_with_an_example(tmp_path: Path)
 def test_a_backends_slots_set_its_limit_and_gateway_status_shows_both(tmp_path: Path) -> None:
     import re
 
-    from llmslo.ops._live_processes import ready_match, ready_port, started
-    from llmslo.ops._live_rollout import GATEWAY_READY
+    from llmslo.ops._live_processes import GATEWAY_READY, ready_match, ready_port, started
 
     exe = Path(sys.executable).with_name("llmslo")
     if not exe.exists():

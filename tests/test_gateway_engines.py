@@ -5,11 +5,15 @@ admin API (``llmslo gateway drain``). Then:
 
 1. nothing is lost: the client's and the gateway's summaries match one to one, and every refusal was a 429 or
    503 whose ``Retry-After`` the client honoured (it sent nothing in that window);
-2. the killed backend's streams end with an error event, and no request reaches it after the kill;
-3. the drained backend gets no request after its removal, and its streams finished or got ``server_draining``;
+2. the killed backend's streams end with an error event, its breaker opens, and no request reaches it after the
+   kill;
+3. the drained backend, streaming when drained, gets no request after its removal, and its streams finished or
+   got ``server_draining``;
 4. token budgets: of 20 parallel requests against a budget worth 5, 5 are admitted, and the settled totals are
    the engine's own counter deltas;
 5. Prometheus's counts equal the gateway's summaries.
+
+Besides: the gateway's TTFT of each stream is within the client's, and its summaries keep the chunk times.
 
 And the way out the engine rules name for what an engine cannot give: rules generated from an SLO spec without
 ``--engine`` (``llmslo rules generate``) read the gateway's own series. Loaded into the same Prometheus, every rule
@@ -39,6 +43,7 @@ from typing import Any
 import pytest
 
 from llmslo.ops import LlamaServer, running_llama_server, running_prometheus, stop_process
+from llmslo.ops._live_processes import GATEWAY_READY
 from llmslo.tests._tools import require_tool
 from llmslo.tests.test_live_llamacpp import require_engine
 
@@ -60,7 +65,6 @@ objectives:
 """The SLO spec whose rules (generated without ``--engine``) read llmslo's series: the gateway's and the simulated
 engine's (both serve ``smollm2`` in the job ``proof``)."""
 SERVE_READY = re.compile(r"^serving \S+ on http://127\.0\.0\.1:(\d+)$")
-GATEWAY_READY = re.compile(r"^gateway on http://127\.0\.0\.1:(\d+) \(admin http://127\.0\.0\.1:(\d+)\)")
 MODEL = "smollm2"
 KILL_AT_S = 5.0
 DRAIN_AT_S = 8.0
@@ -139,14 +143,20 @@ def _engine_tokens(server: LlamaServer) -> int:
     return int(total)
 
 
+def _backend(admin: int, backend: str) -> dict[str, Any]:
+    """The admin API's state of ``backend``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/admin/backends/{backend}", timeout=5) as r:
+        state: dict[str, Any] = json.loads(r.read())
+    return state
+
+
 def _wait_streaming(admin: int, backend: str, timeout_s: float) -> int:
     """Wait (at most ``timeout_s``) until ``backend`` streams a reply (its first token reached the gateway), by
     the admin API; how many it streams. A request still waiting for its first token when its engine dies has sent
     its client nothing: the gateway retries it on another backend, which is right, but shows no error event."""
     deadline = time.monotonic() + timeout_s
     while True:
-        with urllib.request.urlopen(f"http://127.0.0.1:{admin}/admin/backends/{backend}", timeout=5) as r:
-            streaming = int(json.loads(r.read())["streaming"])
+        streaming = int(_backend(admin, backend)["streaming"])
         if streaming or time.monotonic() > deadline:
             return streaming
         time.sleep(0.01)
@@ -165,6 +175,9 @@ class Proof:
     attempts: list[dict[str, Any]] = field(default_factory=list)
     killed_at: float = 0.0
     a_streaming_at_kill: int = 0
+    a_at_drain: dict[str, Any] = field(default_factory=dict)
+    """The killed backend's state (admin API) when the other one is drained, 3 s after the kill."""
+    b_streaming_at_drain: int = 0
     drained_at: float = 0.0
     drain_answer: str = ""
     prometheus: dict[str, float] = field(default_factory=dict)
@@ -260,6 +273,8 @@ def proof(tmp_path_factory: pytest.TempPathFactory) -> Proof:
                 a.process.kill()  # SIGKILL: the engine dies with its streams open
                 out.killed_at = time.time()
                 time.sleep(max(0.0, started + DRAIN_AT_S - time.time()))
+                out.a_at_drain = _backend(admin, "a")
+                out.b_streaming_at_drain = _wait_streaming(admin, "b", timeout_s=15.0)
                 out.drained_at = time.time()
                 drain = subprocess.run([sys.executable, "-m", "llmslo.cli", "gateway", "drain", "b", "--admin",
                                         f"http://127.0.0.1:{admin}", "--no-wait"],
@@ -316,6 +331,20 @@ def test_client_and_gateway_summaries_match_one_to_one(proof: Proof) -> None:
             assert (c["finish_reason"], c["reject_reason"]) == ("rejected", g["reject_reason"]), (c, g)
         elif g["finish_reason"] in ("length", "stop"):
             assert c["finish_reason"] == g["finish_reason"] and c["generated_tokens"] == g["generated_tokens"]
+            # the gateway passes the first token on before the client reads it, and reads the request after the
+            # client sent it: its TTFT is within the client's (both on the machine's monotonic clock)
+            assert g["ttft_s"] <= c["ttft_s"], (c, g)
+
+
+def test_the_gateways_summaries_keep_the_chunk_times(proof: Proof) -> None:
+    done = [r for r in proof.gateway if r["finish_reason"] in ("length", "stop") and r["generated_tokens"] >= 2]
+    assert done
+    for r in done:
+        gaps = r["itl_s"]
+        assert gaps and all(g >= 0 for g in gaps) and len(gaps) <= r["generated_tokens"] - 1, r
+        if r["version"].startswith("llama"):  # llama-server streams one token a chunk
+            assert len(gaps) == r["generated_tokens"] - 1, r
+            assert sum(gaps) == pytest.approx(r["last_token_s"] - r["ttft_s"], abs=1e-6), r
 
 
 def test_every_refusal_carried_a_retry_after_the_client_honoured(proof: Proof) -> None:
@@ -333,6 +362,9 @@ def test_every_refusal_carried_a_retry_after_the_client_honoured(proof: Proof) -
 
 def test_the_killed_backend_ends_its_streams_with_an_error_event_and_gets_no_request_after(proof: Proof) -> None:
     assert proof.a_streaming_at_kill >= 1, "no stream was in flight on the engine when it was killed"
+    # its broken streams and the connections refused after count as failures: its breaker opened, and the pool
+    # routes nothing to it
+    assert proof.a_at_drain["breaker"] == "open" and proof.a_at_drain["routable"] is False, proof.a_at_drain
     on_a = [r for r in proof.gateway if r.get("backend") == "a"]
     assert on_a and all(r["arrival_unix_s"] <= proof.killed_at for r in on_a)
     broken = [r for r in on_a if r["finish_reason"] == "error"]
@@ -343,11 +375,12 @@ def test_the_killed_backend_ends_its_streams_with_an_error_event_and_gets_no_req
 
 
 def test_the_drained_backend_gets_no_request_after_its_removal(proof: Proof) -> None:
+    assert proof.b_streaming_at_drain >= 1, "no stream was in flight on the engine when it was drained"
     on_b = [r for r in proof.gateway if r.get("backend") == "b"]
     assert on_b
     assert all(r["arrival_unix_s"] <= proof.drained_at + 0.5 for r in on_b)
     late = [r for r in on_b if r["arrival_unix_s"] + r["e2e_s"] > proof.drained_at]
-    assert {r["finish_reason"] for r in late} <= {"length", "stop", "server_draining"}
+    assert late and {r["finish_reason"] for r in late} <= {"length", "stop", "server_draining"}, late
 
 
 def test_token_budgets_admit_five_of_twenty_and_settle_to_the_engine_counts(proof: Proof) -> None:
