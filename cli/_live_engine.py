@@ -3,7 +3,8 @@ and printed.
 
 :func:`engine_checks` says what the run proves, each claim with its figures: one client summary per attempt
 (read from the client's store); the client's ``usage`` sums equal the engine's counter deltas exactly (prompt =
-``prompt_tokens_total`` + ``prompt_tokens_cached_total``, completion = ``tokens_predicted_total``); the rules
+``prompt_tokens_total`` + ``prompt_tokens_cached_total``, completion = ``tokens_predicted_total``); the gateway's
+summaries match the client's attempts one to one, each stream's TTFT at the gateway within the client's; the rules
 load and evaluate without error and every dashboard query returns data; the burst queues (deferred > 0, the
 client's TTFT grows) and goodput falls below the calm phase's. :func:`engine_run_dict` is the run's JSON (its
 fields and the checks); :func:`print_engine_live` prints them.
@@ -38,8 +39,8 @@ class EngineCheck:
 def engine_checks(run: EngineRun) -> list[EngineCheck]:
     """Every claim of the run (module docstring), each with its figures."""
     attempts = run.attempts() if run.attempts_log.exists() else []
-    return [_one_summary_each(run, attempts), _tokens_match(run, attempts), _deferred(run), *_queueing(run),
-            _rules(run), _dashboards(run)]
+    return [_one_summary_each(run, attempts), _tokens_match(run, attempts), _gateway_matches(run, attempts),
+            _deferred(run), *_queueing(run), _rules(run), _dashboards(run)]
 
 
 def engine_run_dict(run: EngineRun) -> dict[str, Any]:
@@ -74,6 +75,29 @@ def _tokens_match(run: EngineRun, attempts: list[dict[str, Any]]) -> EngineCheck
         f"prompt: usage {prompt:,} vs prompt_tokens_total + prompt_tokens_cached_total +{d_prompt:,.0f}; "
         f"completion: usage {completion:,} vs tokens_predicted_total +{d_completion:,.0f}"
         + (f"; {missing} answered attempts without usage" if missing else ""))
+
+
+def _gateway_matches(run: EngineRun, attempts: list[dict[str, Any]]) -> EngineCheck:
+    """One gateway summary per attempt the client sent, the same finish, and each stream's TTFT at the gateway
+    (from reading the request to passing the first token on) within the client's (from sending it to reading
+    that token): both on the machine's monotonic clock."""
+    name = "gateway summaries = client attempts, gateway TTFT <= client TTFT"
+    rows = run.gateway_summaries() if run.gateway_rows.exists() else []
+    gateway = {r["request_id"]: r for r in rows}
+    sent = {a["request_id"]: a for a in attempts if a.get("sent_ns") is not None}
+    if not sent or len(gateway) != len(rows) or set(gateway) != set(sent):
+        return EngineCheck(name, False, f"{len(sent)} attempts sent, {len(rows)} gateway summaries "
+                                        f"({len(gateway)} distinct ids, {len(set(gateway) & set(sent))} in common)")
+    pairs = [(gateway[rid].get("ttft_s"), _client_ttft(a)) for rid, a in sent.items()]
+    timed = [(g, c) for g, c in pairs if g is not None and c is not None]
+    late = [(g, c) for g, c in timed if g > c]
+    untimed = sum(1 for g, c in pairs if (g is None) != (c is None))  # a first token one side saw and the other not
+    lead = _median([c - g for g, c in timed])
+    ok = bool(timed) and not late and not untimed
+    return EngineCheck(name, ok, f"{len(sent)} attempts, {len(rows)} gateway summaries, one to one; gateway TTFT "
+                                 f"within the client's for {len(timed) - len(late)} of {len(timed)} streams"
+                                 + (f" (median lead {lead * 1000:.2f} ms)" if lead is not None else "")
+                                 + (f"; {untimed} with a first token on one side only" if untimed else ""))
 
 
 def _deferred(run: EngineRun) -> EngineCheck:
@@ -154,12 +178,13 @@ def print_engine_live(run: EngineRun, out: Console) -> None:
     """The run for a person: each claim with its figures, then the files and what to explore."""
     from llmslo.cli._common import shown
 
-    out.print(shown(f"llama-server {run.url}: calm {run.plan.rate_per_s:g} req/s for {run.plan.calm_s:g} s, "
-                    f"burst x{run.plan.burst_factor:g} for {run.plan.burst_s:g} s, calm {run.plan.after_burst_s:g} s"),
-              highlight=False, soft_wrap=True)
+    plan = run.plan
+    out.print(shown(f"llama-server {run.url} behind llmslo gateway {run.gateway_url}: calm {plan.rate_per_s:g} "
+                    f"req/s for {plan.calm_s:g} s, burst x{plan.burst_factor:g} for {plan.burst_s:g} s, calm "
+                    f"{plan.after_burst_s:g} s"), highlight=False, soft_wrap=True)
     for check in engine_checks(run):
         out.print(shown(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}"), highlight=False,
                   soft_wrap=True)
-    out.print(shown(f"files: {run.folder} (client.duckdb, attempts.jsonl, llamacpp-rules.yml, dashboards/, "
-                    "llama-server.log, prometheus/)"), highlight=False, soft_wrap=True)
+    out.print(shown(f"files: {run.folder} (client.duckdb, attempts.jsonl, gateway/, llamacpp-rules.yml, dashboards/, "
+                    "llama-server.log, gateway.log, prometheus/)"), highlight=False, soft_wrap=True)
     out.print(shown(f"explore: llmslo report --db {run.client_db} --window 10s"), highlight=False, soft_wrap=True)

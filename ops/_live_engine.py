@@ -2,16 +2,19 @@
 
 :func:`run_engine_live` starts llama.cpp's ``llama-server`` (SmolLM2-135M, ``--parallel`` slots, ``--metrics``)
 on a free port of 127.0.0.1, a Prometheus scraping the engine's own ``/metrics`` every second with the rules
-``llmslo rules generate --engine llamacpp`` makes, and ``llmslo load`` against it: a calm phase under the
-engine's capacity, then a burst above its slots (requests wait: ``llamacpp:requests_deferred``), then calm
-again. It reads the engine's counters straight from ``/metrics`` before the load and once the engine is
-idle after it, and Prometheus's view of the same run: the deferred requests, the rules' health, and what
-every query of the engine's dashboard returned.
+``llmslo rules generate --engine llamacpp`` makes, ``llmslo gateway`` in front of the engine (its summaries to
+JSONL; it forwards up to :data:`GATEWAY_CONCURRENCY` requests at once, so the engine's slots, not the gateway,
+make requests wait), and ``llmslo load`` through the gateway: a calm phase under the engine's capacity, then a
+burst above its slots (requests wait: ``llamacpp:requests_deferred``), then calm again. It reads the engine's
+counters straight from ``/metrics`` before the load and once the engine is idle after it, and Prometheus's
+view of the same run: the deferred requests, the rules' health, and what every query of the engine's dashboard
+returned.
 
 What the run is to prove (checked on its files by ``llmslo.cli._live_engine.engine_checks``, which reads the
 client's store): one client summary per attempt; the client's ``usage`` sums equal the engine's counter deltas
 exactly (prompt = ``prompt_tokens_total`` + ``prompt_tokens_cached_total``, completion =
-``tokens_predicted_total``); the rules load and evaluate without error and every dashboard query returns data;
+``tokens_predicted_total``); the gateway's summaries match the client's one to one, each stream's TTFT at the
+gateway within the client's; the rules load and evaluate without error and every dashboard query returns data;
 the burst queues (deferred > 0, the client's TTFT grows) and goodput falls below the calm phase's. Every
 process is stopped by its pid; every wait is bounded.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import subprocess
 import time
 import urllib.request
 from collections.abc import Callable
@@ -28,8 +32,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmslo.ops._live_processes import LiveRunError, llmslo_command, load_started, run_llmslo, started
+from llmslo.ops._live_processes import (
+    GATEWAY_READY,
+    LiveRunError,
+    llmslo_command,
+    load_started,
+    ready_match,
+    run_llmslo,
+    started,
+)
 from llmslo.ops._llamacpp import LlamaServer, locate_engine, running_llama_server
+from llmslo.ops._process import stop_process
 from llmslo.ops._prometheus import Prometheus, PrometheusError, RulesNotLoaded, running_prometheus
 
 __all__ = ["ENGINE_COUNTERS", "ENGINE_SPEC", "EnginePlan", "EngineRun", "read_counters", "run_engine_live"]
@@ -41,6 +54,9 @@ JOB = "llama-server"
 ENGINE_COUNTERS = ("llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total",
                    "llamacpp:tokens_predicted_total")
 """The engine's token counters the run compares with the client's ``usage`` sums."""
+GATEWAY_CONCURRENCY = 64
+"""Requests the gateway of the run forwards at once: above the burst's requests in flight, so they wait in the
+engine (its deferred requests), not in the gateway's queue."""
 IDLE_TIMEOUT_S = 120.0
 """How long the engine may take to finish the requests still running when the load has ended, seconds."""
 
@@ -85,7 +101,10 @@ class EngineRun:
     plan: EnginePlan
     client_db: Path
     attempts_log: Path
+    gateway_rows: Path
+    """The folder of the gateway's summaries (JSONL)."""
     url: str = ""
+    gateway_url: str = ""
     started_unix_s: float = 0.0
     burst_unix_s: tuple[float, float] = (0.0, 0.0)
     load_exit_code: int | None = None
@@ -102,13 +121,18 @@ class EngineRun:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        for key in ("folder", "client_db", "attempts_log"):
+        for key in ("folder", "client_db", "attempts_log", "gateway_rows"):
             data[key] = str(data[key])
         return data
 
     def attempts(self) -> list[dict[str, Any]]:
         """The load's attempts, one per line of ``attempts_log``."""
         return [json.loads(line) for line in self.attempts_log.read_text().splitlines() if line.strip()]
+
+    def gateway_summaries(self) -> list[dict[str, Any]]:
+        """The gateway's summaries, one per request it read (its JSONL files, in order)."""
+        return [json.loads(line) for path in sorted(self.gateway_rows.glob("*.jsonl"))
+                for line in path.read_text().splitlines() if line.strip()]
 
     def phases(self) -> dict[str, list[dict[str, Any]]]:
         """The attempts by the phase of their scheduled arrival: ``calm`` (before the burst), ``burst``."""
@@ -196,8 +220,8 @@ def run_engine_live(folder: Path, plan: EnginePlan = EnginePlan(), *,
     binary, model = locate_engine()  # before anything is written
     folder.mkdir(parents=True, exist_ok=True)
     run = EngineRun(folder=folder, plan=plan, client_db=folder / "client.duckdb",
-                    attempts_log=folder / "attempts.jsonl")
-    stale = [p for p in (run.client_db, run.attempts_log) if p.exists()]
+                    attempts_log=folder / "attempts.jsonl", gateway_rows=folder / "gateway")
+    stale = [p for p in (run.client_db, run.attempts_log, run.gateway_rows) if p.exists()]
     if stale:
         raise LiveRunError(f"{folder} already holds a run ({stale[0].name}): choose an empty folder")
     rules, dashboards = _write_rules_and_dashboard(folder)
@@ -219,9 +243,16 @@ def run_engine_live(folder: Path, plan: EnginePlan = EnginePlan(), *,
             except PrometheusError as exc:
                 run.prometheus_note = f"no Prometheus: {exc}"
                 say(run.prometheus_note)
+            gateway = stack.enter_context(started(llmslo_command(
+                "gateway", "--port", "0", "--admin-port", "0", "--backend",
+                f"llama={engine.url}@llama-server,slots={plan.parallel}", "--concurrency", str(GATEWAY_CONCURRENCY),
+                "--jsonl", str(run.gateway_rows)), folder / "gateway.log", stdout=subprocess.PIPE))
+            run.gateway_url = f"http://127.0.0.1:{ready_match(gateway, GATEWAY_READY, 'llmslo gateway').group(1)}"
+            say(f"llmslo gateway {run.gateway_url} in front of it (summaries to {run.gateway_rows.name}/)")
             run.counters_before = read_counters(engine.url)
             _drive(run, engine, say)
             run.counters_after = _wait_idle(engine.url)
+            stop_process(gateway)  # SIGTERM: it drains and writes its last summaries
             if prometheus is not None:
                 time.sleep(2.5)  # two more scrapes: the idle engine's last counters reach Prometheus
                 _read_prometheus(run, prometheus, dashboards)
@@ -232,12 +263,13 @@ def _drive(run: EngineRun, engine: LlamaServer, say: Callable[[str], None]) -> N
     plan = run.plan
     burst = f"{plan.burst_factor:g}x@{plan.calm_s:g}s+{plan.burst_s:g}s"
     argv = llmslo_command(
-        "load", engine.url, "--model", engine.alias, "--endpoint", "chat", "--rate", f"{plan.rate_per_s:g}",
+        "load", run.gateway_url, "--model", engine.alias, "--endpoint", "chat", "--rate", f"{plan.rate_per_s:g}",
         "--duration", f"{plan.duration_s:g}s", "--burst", burst, "--seed", str(plan.seed),
         "--prompt-tokens", plan.prompt_words, "--output-tokens", plan.output_tokens,
         "--goodput", f"ttft:{plan.ttft_slo_ms}", "--timeout", f"{plan.client_timeout_s:g}s",
         "--db", str(run.client_db), "--attempts-log", str(run.attempts_log), "--json", "--no-progress")
-    say(f"load: {plan.rate_per_s:g} req/s, burst {burst} (above the {plan.parallel} slots), then calm")
+    say(f"load through the gateway: {plan.rate_per_s:g} req/s, burst {burst} (above the {plan.parallel} slots), "
+        "then calm")
     out_path = run.folder / "load.json"
     with out_path.open("w") as out, started(argv, run.folder / "load.log", stdout=out.fileno()) as load:
         run.started_unix_s = load_started(run.attempts_log, load, timeout_s=60.0)

@@ -12,6 +12,7 @@ tests fail with the command to run, except where no C++ compiler exists (then th
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -60,6 +61,16 @@ def test_usage_sums_equal_the_engine_counter_deltas_exactly(run: EngineRun) -> N
     assert len(sent) >= 20 and all(a["usage_completion_tokens"] for a in sent)
 
 
+def test_the_gateways_summaries_match_the_clients_attempts_one_to_one(run: EngineRun) -> None:
+    _check(run, "gateway summaries = client attempts, gateway TTFT <= client TTFT")
+    rows = {r["request_id"]: r for r in run.gateway_summaries()}
+    for a in run.attempts():
+        row = rows[a["request_id"]]
+        if a["status"] == 200:  # the gateway's token counts are the engine's usage, as the client read it
+            assert row["generated_tokens"] == a["usage_completion_tokens"], (a, row)
+            assert row["prompt_tokens"] == a["usage_prompt_tokens"], (a, row)
+
+
 def test_the_burst_queues_in_the_engine_and_slows_the_client(run: EngineRun) -> None:
     _check(run, "the burst queues in the engine")
     _check(run, "client TTFT grows in the burst")
@@ -81,6 +92,20 @@ def test_every_failed_check_would_say_so(run: EngineRun) -> None:
         + 1}})
     (check,) = [c for c in engine_checks(broken) if c.name == "usage sums = engine counter deltas"]
     assert not check.passed
+    # a gateway summary whose TTFT is later than the client's, or one missing, fails the gateway's check
+    late = run.folder / "late-gateway"
+    late.mkdir()
+    rows = run.gateway_summaries()
+    timed = next(i for i, r in enumerate(rows) if r["ttft_s"] is not None)
+    rows[timed] = {**rows[timed], "ttft_s": rows[timed]["ttft_s"] + 60.0}
+    (late / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    missing = run.folder / "missing-gateway"
+    missing.mkdir()
+    (missing / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[1:]))
+    for folder in (late, missing):
+        changed = EngineRun(**{**run.__dict__, "gateway_rows": folder})
+        (check,) = [c for c in engine_checks(changed) if c.name.startswith("gateway summaries")]
+        assert not check.passed, check.detail
 
 
 def _demo(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
