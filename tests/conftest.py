@@ -57,6 +57,13 @@ SLOW: dict[str, str] = {
     "test_fleet_store.py": _CHDB,
     "test_bench_gpu_run.py::test_the_script_runs_the_engine_the_load_and_the_join_without_a_gpu": _SERVER,
     "test_gateway_redis.py": _REDIS,
+    "test_gateway_paths.py::test_ten_thousand_api_keys_keep_the_key_table_and_its_memory_bounded":
+        "10,000 requests through a gateway under tracemalloc (about 9 s)",
+    "test_gateway_paths.py::test_a_backend_slower_than_the_ttft_bound_opens_its_breaker_and_new_requests_go_to_the_other":
+        _WAITS,
+    "test_gateway_paths.py::test_a_first_token_later_than_the_ttft_bound_counts_one_slow_ttft_failure_per_request_and_"
+    "one_under_it_none": _WAITS,
+    "test_gateway_paths.py::test_the_retry_after_of_a_full_queue_follows_how_fast_the_backend_drains_it": _WAITS,
     "test_rollout_plan.py::test_the_command_refuses_a_bad_plan_from_a_plain_folder": _CLI,
     "test_ops_prometheus.py": _PROMETHEUS,
     "test_rollout_runbook.py": _CLI,
