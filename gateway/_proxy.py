@@ -71,7 +71,7 @@ from llmslo.gateway._metrics import PoolCollector
 from llmslo.gateway._pool import Backend, Pool
 from llmslo.telemetry import RequestTracker, Telemetry, valid_request_id
 from llmslo.telemetry._exposition import render_metrics
-from llmslo.telemetry._openai_stream import json_value
+from llmslo.telemetry._openai_stream import MAX_EVENT_BYTES, SseParser, events_end, json_value, raw_events
 from llmslo.telemetry._reply_observer import SSE, ReplyObserver
 
 log = logging.getLogger("llmslo.gateway")
@@ -177,8 +177,8 @@ class _Parsed:
 class _Exchange:
     """One request forwarded to one backend: what ends it from outside (the client, the drain, timers)."""
 
-    __slots__ = ("conn", "deadline", "ended_by", "finish_sent", "first_ns", "gaps", "last_io", "obs", "sent_ns", "t",
-                 "watched")
+    __slots__ = ("conn", "deadline", "ended_by", "finish_sent", "first_ns", "gaps", "last_io", "obs", "sent_ns",
+                 "slow_ttft", "t", "watched")
 
     def __init__(self, t: RequestTracker) -> None:
         self.t = t
@@ -190,6 +190,9 @@ class _Exchange:
         """When the request was written to the backend (monotonic ns)."""
         self.first_ns = 0
         """When its first content chunk arrived (0: none yet)."""
+        self.slow_ttft = False
+        """Its first token came later than the TTFT bound (counted against the backend then: its end counts no
+        success, which would clear that failure from the breaker's run of failures)."""
         self.gaps: list[float] = []
         """The gaps between its content chunks' arrivals, seconds (at most :data:`MAX_GAPS`)."""
         self.watched = False
@@ -593,9 +596,11 @@ class GatewayApp:
         headers = [(k, v) for k, v in resp.headers if k not in drop]
         headers.append((b"x-request-id", rid.encode()))
         headers.append((b"x-llmslo-backend", b.id.encode()))
-        # a body the gateway passes on unchanged keeps its announced length
-        res.start(resp.status, headers, None if _withholds_usage(p, obs) else resp.length)
-        outcome = await self._pass(b, conn, resp, res, t, p, ex, obs)
+        # a body the gateway passes on unchanged keeps its announced length; any other the gateway frames itself
+        # (chunked; to an HTTP/1.0 client, ended by the close), and can end with a last event of its own
+        length = None if _withholds_usage(p, obs) else resp.length
+        res.start(resp.status, headers, length)
+        outcome = await self._pass(b, conn, resp, res, t, p, ex, obs, length is None)
         if outcome == "complete" and resp.keep_alive and ex.ended_by is None:
             ex.conn = None  # kept alive for the next request: nothing may close it on this one's behalf
             b.upstream.release(conn)
@@ -604,8 +609,9 @@ class GatewayApp:
         return None
 
     async def _pass(self, b: Backend, conn: UpstreamConnection, resp: UpstreamResponse, res: Responder,
-                    t: RequestTracker, p: _Parsed, ex: _Exchange, obs: ReplyObserver) -> str:
-        """Pass the body on; the request's end: ``complete``, or why it did not.
+                    t: RequestTracker, p: _Parsed, ex: _Exchange, obs: ReplyObserver, framed: bool) -> str:
+        """Pass the body on; the request's end: ``complete``, or why it did not (``framed``: the gateway frames
+        the client's body itself, see :meth:`_end`).
 
         Each read of the backend is passed on from the connection's own callback (:class:`PumpReader`), as it
         arrives: no task is woken per read. This coroutine waits for the end, and while the client reads too
@@ -636,18 +642,26 @@ class GatewayApp:
         if pump.failed is not None:
             raise pump.failed
         complete = pump.complete
+        # what the stripper still holds is never a complete event (it passes each on once complete) but the start
+        # of one: at a complete body's end it goes on as it came (a reader drops it); at an end the gateway makes,
+        # it is dropped, for the gateway's last event follows and would be read as part of it
         if pump.strip is not None and complete:
             await res.write_chunk(pump.strip.flush())
-        return self._end(b, res, t, ex, obs, complete, pump.decoder is not None)
+        return self._end(b, res, t, ex, obs, complete, framed)
 
     def _end(self, b: Backend, res: Responder, t: RequestTracker, ex: _Exchange, obs: ReplyObserver,
-             complete: bool, chunked: bool) -> str:
+             complete: bool, framed: bool) -> str:
+        """The request's end (see :meth:`_pass`). A stream the gateway ends, or the backend broke, ends with a last
+        event that says why wherever the gateway frames the client's body itself (``framed``): chunked, or, to an
+        HTTP/1.0 client, ended by the close (the event, then a clean close: an HTTP/1.0 body has no other end, and
+        the event says the reply is not whole). A body passed on with the backend's ``Content-Length`` cannot take
+        a byte more: it is cut (the client sees fewer bytes than announced)."""
         why = ex.ended_by
         breaker = b.breaker
         if why == "client_cancel" or res.closed:
             if not t.done:
                 t.finish("client_cancel")
-            if t.generated_tokens:
+            if t.generated_tokens and not ex.slow_ttft:
                 breaker.record_success()
             return "client_cancel"
         if complete and why is None:
@@ -660,7 +674,8 @@ class GatewayApp:
             if failed:
                 breaker.record_failure("stream" if obs.status < 500 else "5xx")
             else:
-                breaker.record_success()
+                if not ex.slow_ttft:
+                    breaker.record_success()
                 if t.finish_reason in ("stop", "length"):
                     self.output_estimate(t.model).observe(t.generated_tokens)
             return "complete"
@@ -681,18 +696,20 @@ class GatewayApp:
             event = {"error": {"type": "error", "code": f"backend_{'stalled' if why == 'stall' else 'failed'}",
                                "retryable": True, "message": message}}
             t.finish("error", error_type="backend_stalled" if why == "stall" else "backend_failed")
-        if obs.kind == SSE and chunked and not res.closed:
+        if obs.kind == SSE and framed and not res.closed:
             res.end(b"data: " + json.dumps(event).encode() + b"\n\n")
         else:
             res.abort()
         return why or "broken"
 
-    def _check_ttft(self, b: Backend, t: RequestTracker) -> None:
+    def _check_ttft(self, b: Backend, t: RequestTracker) -> bool:
+        """Whether the first token, arriving now, came later than the TTFT bound (then one failure of the
+        backend)."""
         bound = self.config.ttft_bound_s
-        if bound is not None:
-            ttft = (self.tel.clock_ns() - t.arrival_ns) / 1e9
-            if ttft > bound:
-                b.breaker.record_failure("slow_ttft")
+        if bound is not None and (self.tel.clock_ns() - t.arrival_ns) / 1e9 > bound:
+            b.breaker.record_failure("slow_ttft")
+            return True
+        return False
 
 
 PASS_BYTES = 64 * 1024
@@ -730,10 +747,14 @@ class _Pump:
             wake.set_result(None)
 
     def end(self, exc: BaseException | None) -> None:
-        """The backend's connection ended (``exc``: its error): a body framed by the close is complete."""
+        """The backend's connection ended (``exc``: its error). A body framed by the close is complete when it
+        closed cleanly, and, for an event stream, once it said how the reply ended (a finish reason or an error):
+        the close alone cannot tell a stream that ended from a backend that died in the middle of it."""
         if not self.ended:
             self.ended = True
-            self.complete = self.until_eof and self.ex.ended_by is None
+            obs = self.obs
+            self.complete = (self.until_eof and exc is None and self.ex.ended_by is None
+                             and (obs.kind != SSE or obs.finish is not None or obs.error is not None))
             self._wake()
 
     def feed(self, data: bytes) -> None:
@@ -780,7 +801,7 @@ class _Pump:
                 if self.first:
                     self.first = False
                     ex.first_ns = now
-                    self.app._check_ttft(self.b, self.t)
+                    ex.slow_ttft = self.app._check_ttft(self.b, self.t)
                 elif len(ex.gaps) < MAX_GAPS:
                     ex.gaps.append((now - self.last_ns) / 1e9)
                 self.last_ns = now
@@ -805,35 +826,106 @@ def _withholds_usage(p: _Parsed, obs: ReplyObserver) -> bool:
 
 
 class _UsageStripper:
-    """Withholds the usage-only event (``choices: []`` with ``usage``) the gateway asked for on a client's behalf:
-    passes whole events on, holds a partial one until it completes."""
+    """Withholds the usage-only event (``choices: []`` with ``usage``) the gateway asked for on a client's behalf.
 
-    __slots__ = ("_held",)
+    Events are framed as the project's one SSE reader frames them (:mod:`llmslo.telemetry._openai_stream`): an
+    event ends at a blank line, a line ending in ``\\n``, ``\\r\\n`` or ``\\r``, split anywhere between two reads.
+    Each complete event is passed on at once, its bytes as they came; a partial one is held until it completes. An
+    event that grows past the reader's :data:`MAX_EVENT_BYTES` is not an event stream a server should send: from
+    then on everything is passed on as it comes (the reader gives up on it too).
+
+    The common read, ``\\n``-framed events that end with the read, without ``"usage"`` in them, costs one ``rfind``
+    and one ``find`` (no copy); the reads of a stream with CR line ends a regular expression's search besides."""
+
+    __slots__ = ("_held", "_through")
 
     def __init__(self) -> None:
-        self._held = b""
+        self._held: bytes | None = b""
+        """The bytes of an event not complete yet; None: see :attr:`_through`."""
+        self._through = False
+        """With :attr:`_held` None: passing everything on (an event was too long), else a LF that begins the next
+        read is withheld (the second byte of the CR LF that ended the event withheld last)."""
 
     def feed(self, data: bytes) -> bytes:
-        buf = self._held + data if self._held else data
-        cut = buf.rfind(b"\n\n")
-        if cut < 0:
-            self._held = buf
-            return b""
-        head, self._held = buf[:cut + 2], buf[cut + 2:]
+        """The bytes to pass on for ``data``, one read of the body."""
+        held = self._held
+        if held:
+            # a blank line that ends in this read begins at most 3 bytes before it (CR LF CR LF): only the read
+            # and those are searched, so that an event held over many reads is not searched again each time
+            start = max(0, len(held) - 3)
+            buf = held + data
+        elif held is None:
+            if self._through:
+                return data
+            self._held = b""
+            start = 0
+            buf = data[1:] if data.startswith(b"\n") else data
+        else:
+            start = 0
+            buf = data
+        end = buf.rfind(b"\n\n", start) + 2
+        # no LF LF blank line, or a CR after the last one: a blank line may end with a CR (CR LF, or CR alone);
+        # one that ends in a read without CR holds LF LF
+        if end == 1 or (end < len(buf) and buf.find(b"\r", end) >= 0):
+            end = events_end(buf, start) if end > 1 or _CR in data else -1
+            if end < 0:
+                if len(buf) > MAX_EVENT_BYTES:
+                    self._held, self._through = None, True
+                    return buf
+                self._held = buf
+                return b""
+        if end == len(buf):
+            self._held = b""
+            head = buf
+        else:
+            head, self._held = buf[:end], buf[end:]
         if head.find(b'"usage"') < 0:
             return head
-        return b"".join(e + b"\n\n" for e in head.split(b"\n\n")[:-1] if not _usage_only(e))
+        out, cut_cr = _without_usage_only(head)
+        if cut_cr and head is buf:  # the read ended with the CR of the event withheld: a LF may follow
+            self._held = None
+        return out
 
     def flush(self) -> bytes:
+        """At the body's end: the bytes still held (the start of an event the body never completed), as they came;
+        an SSE reader drops them."""
         held, self._held = self._held, b""
-        return held
+        return held or b""
+
+
+_CR = 13
+"""A CR byte, looked for by its value (``_CR in data``: see the note on ``_CR`` in telemetry/_openai_stream.py)."""
+
+
+def _without_usage_only(head: bytes) -> tuple[bytes, bool]:
+    """``head`` (whole events) without its usage-only events (the line ends before such an event, the end of the
+    event before or a blank line of no event, are kept), and whether ``head`` ends with such an event's CR."""
+    out = []
+    cut_cr = False
+    events, rest = raw_events(head)
+    for event in events:
+        cut_cr = event.find(b'"usage"') >= 0 and _usage_only(event)
+        if cut_cr:
+            lead = len(event) - len(event.lstrip(b"\r\n"))
+            if lead:
+                out.append(event[:lead])
+            cut_cr = event.endswith(b"\r")
+        else:
+            out.append(event)
+    if rest:
+        out.append(rest)
+        cut_cr = False
+    return b"".join(out), cut_cr
 
 
 def _usage_only(event: bytes) -> bool:
-    if event.find(b'"usage"') < 0 or not event.startswith(b"data:"):
+    """Whether ``event`` (one whole event, its blank line included) is a usage-only event: one ``data`` payload, a
+    JSON object (read as the SSE reader reads it) with ``choices: []`` and a ``usage`` object."""
+    payloads = SseParser().feed(event)
+    if len(payloads) != 1:
         return False
     try:
-        obj = json.loads(event[5:])
+        obj = json_value(payloads[0])
     except ValueError:
         return False
     return isinstance(obj, dict) and obj.get("choices") == [] and isinstance(obj.get("usage"), dict)

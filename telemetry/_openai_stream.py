@@ -21,6 +21,7 @@ Anything a server sends is data, never a reason to raise. Standard library only.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from json.scanner import make_scanner
 from typing import NamedTuple
@@ -86,6 +87,34 @@ class SseParser:
     def pending(self) -> int:
         """Bytes held of an event not yet complete."""
         return len(self._buf)
+
+
+_LINE_END = rb"(?>\r\n|\r|\n)"
+"""One line end as :class:`SseParser` reads it: CR LF, CR or LF; atomic, so that a CR LF is never read as a CR then
+a LF (two line ends)."""
+_BLANK_LINE = re.compile(_LINE_END * 2)
+_LAST_BLANK_LINE = re.compile(rb"(?s:.*)" + _LINE_END * 2)
+"""The last blank line of some bytes: the greedy ``.*`` is tried from the end backwards."""
+
+
+def events_end(data: bytes, start: int = 0) -> int:
+    """Where the last complete event of ``data`` ends, just past the blank line that ends it (a line end right
+    after a line end, any of the three), the blank line searched from ``start`` on; -1 when there is none. For a
+    proxy that passes events on as they came (their bytes unchanged) while :class:`SseParser` reads them: the same
+    framing, offsets kept. ``data`` must not begin with the LF of a CR LF whose CR ended the bytes before it."""
+    m = _LAST_BLANK_LINE.match(data, start)
+    return -1 if m is None else m.end()
+
+
+def raw_events(data: bytes) -> tuple[list[bytes], bytes]:
+    """The complete events of ``data`` as they came (each with the blank line that ends it; a blank line of no
+    event is an event of its own), and the rest: ``b"".join(events) + rest == data``."""
+    events: list[bytes] = []
+    start = 0
+    for m in _BLANK_LINE.finditer(data):
+        events.append(data[start:m.end()])
+        start = m.end()
+    return events, data[start:]
 
 
 # ---- what one payload says -------------------------------------------------------------------------------
