@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, TypedDict
 
 import typer
 
@@ -134,8 +135,22 @@ def run_gateway(
         "--drain-budget", help="The longest wait for requests in flight during a drain.")] = "30s",
     drain_idle: Annotated[str, typer.Option(
         "--drain-idle", help="During a drain, close a stream idle this long; 'off' never.")] = "10s",
+    drain_max_inflight: Annotated[str, typer.Option(
+        "--drain-max-inflight", help="During a drain, close a stream in flight this long since its arrival, "
+        "however active (server_draining, drain_reason max_inflight); 'off' never.")] = "off",
     on_budget: Annotated[str, typer.Option(
         "--on-budget", help="At the drain budget: terminate the rest, or return_to_pool.")] = "terminate",
+    drain_record: Annotated[Path | None, typer.Option(
+        "--drain-record", help="When the gateway drains itself (SIGTERM, POST /admin/drain), write that drain as "
+        "an update record for 'llmslo rollout record FILE.json --db STORE' (JSON, whole: a temporary file renamed "
+        "over it); the path is said on stderr. Needs --next-version.", metavar="FILE.json",
+        show_default=False)] = None,
+    next_version: Annotated[str | None, typer.Option(
+        "--next-version", help="The version replacing this gateway (the drain record's to_version; its "
+        "from_version is --version).", show_default=False)] = None,
+    update_id: Annotated[str | None, typer.Option(
+        "--update-id", help="The drain record's update_id (default: VERSION-to-NEXT-STARTED).",
+        show_default=False)] = None,
     db: Annotated[Path | None, typer.Option(
         "--db", help="Write the request summaries to this DuckDB store.", show_default=False)] = None,
     jsonl: Annotated[Path | None, typer.Option(
@@ -149,7 +164,8 @@ def run_gateway(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from llmslo.gateway import BudgetConfig, GatewayConfig, backend_from_arg, load_pool
+    from llmslo.gateway import BudgetConfig, GatewayConfig, backend_from_arg
+    from llmslo.gateway._config import read_pool
 
     if not backend and pool is None:
         raise _fail("give the engines: --backend URL (repeat it) or --pool FILE; see llmslo gateway --help",
@@ -159,14 +175,19 @@ def run_gateway(
     if db is not None and jsonl is not None:
         raise _fail("--db and --jsonl: choose one place for the summaries", EXIT_USAGE)
     _check_engine_metrics(engine_metrics, pool)
+    pool_drain: Mapping[str, float | str | None] = {}
     try:
         if pool is not None:
-            backends = load_pool(pool)
+            read = read_pool(pool)
+            backends, pool_drain = read.backends, read.drain
         else:
             backends = tuple(backend_from_arg(text, i, engine=engine_metrics)
                              for i, text in enumerate(backend or (), start=1))
     except ConfigurationError as exc:
         raise _fail(f"{'--pool' if pool is not None else '--backend'}: {exc}", EXIT_USAGE) from None
+    _check_drain_record(drain_record, next_version)
+    drain = _drain_settings(ctx, pool_drain, drain_settle=drain_settle, drain_budget=drain_budget,
+                            drain_idle=drain_idle, drain_max_inflight=drain_max_inflight, on_budget=on_budget)
     try:
         config = GatewayConfig(
             backends=backends, host=host, port=port, admin_port=admin_port, models=tuple(model or ()),
@@ -183,15 +204,24 @@ def run_gateway(
             request_timeout_s=_seconds("--request-timeout", request_timeout, off=True),
             read_timeout_s=_required("--read-timeout", read_timeout),
             idle_timeout_s=_seconds("--idle-timeout", idle_timeout, off=True),
-            drain_settle_s=_required("--drain-settle", drain_settle, zero=True),
-            drain_budget_s=_required("--drain-budget", drain_budget),
-            drain_idle_s=_seconds("--drain-idle", drain_idle, off=True), on_budget=on_budget,
+            **drain,
+            drain_record=drain_record, next_version=next_version, update_id=update_id,
             engine_interval_s=_required("--engine-interval", engine_interval),
             health_interval_s=_required("--health-interval", health_interval))
     except ConfigurationError as exc:
         raise _fail(str(exc), EXIT_USAGE) from None
     writer = _writer(db, jsonl)
     _run(config, version, writer)
+
+
+class _DrainSettings(TypedDict):
+    """The drain rules of a gateway, as :class:`GatewayConfig` takes them."""
+
+    drain_settle_s: float
+    drain_budget_s: float
+    drain_idle_s: float | None
+    drain_max_inflight_s: float | None
+    on_budget: str
 
 
 def _check_engine_metrics(engine: str | None, pool: Path | None) -> None:
@@ -206,6 +236,53 @@ def _check_engine_metrics(engine: str | None, pool: Path | None) -> None:
     if engine not in ENGINE_CHOICES:
         raise _fail(f"--engine-metrics: {engine!r} is not a known engine; use one of {', '.join(ENGINE_CHOICES)}",
                     EXIT_USAGE)
+
+
+def _drain_settings(ctx: typer.Context, pool_drain: Mapping[str, float | str | None], *, drain_settle: str,
+                    drain_budget: str, drain_idle: str, drain_max_inflight: str, on_budget: str) -> _DrainSettings:
+    """The drain rules, by :class:`GatewayConfig` field: the pool file's ``drain:`` where it sets one, else the
+    flag's; a rule set both in the file and on the command line is refused."""
+    from llmslo.gateway._config import DRAIN_FIELDS, DRAIN_FLAGS
+
+    def from_file(key: str) -> bool:
+        """Whether the pool file sets the rule ``key`` (refused when its flag was given too)."""
+        field = DRAIN_FIELDS[key]
+        if field not in pool_drain:
+            return False
+        source = ctx.get_parameter_source(field.removesuffix("_s"))  # the flag's parameter
+        if source is not None and source.name == "COMMANDLINE":
+            value = pool_drain[field]
+            raise _fail(f"{DRAIN_FLAGS[key]} and the pool file's drain: {key}: choose one (the file has "
+                        f"{key}: {'off' if value is None else value})", EXIT_USAGE)
+        return True
+
+    def seconds(key: str, flag: Callable[[], float | None]) -> float | None:
+        if not from_file(key):
+            return flag()
+        value = pool_drain[DRAIN_FIELDS[key]]
+        assert value is None or isinstance(value, float)  # drain_rules gives seconds as floats, None for off
+        return value
+
+    settle = seconds("settle_s", lambda: _required("--drain-settle", drain_settle, zero=True))
+    budget = seconds("budget_s", lambda: _required("--drain-budget", drain_budget))
+    idle = seconds("idle_s", lambda: _seconds("--drain-idle", drain_idle, off=True))
+    max_inflight = seconds("max_inflight_s", lambda: _seconds("--drain-max-inflight", drain_max_inflight, off=True))
+    decision = str(pool_drain["on_budget"]) if from_file("on_budget") else on_budget
+    assert settle is not None and budget is not None  # neither can be switched off
+    return {"drain_settle_s": settle, "drain_budget_s": budget, "drain_idle_s": idle,
+            "drain_max_inflight_s": max_inflight, "on_budget": decision}
+
+
+def _check_drain_record(path: Path | None, next_version: str | None) -> None:
+    """Refuse a ``--drain-record`` without ``--next-version``, or one that names a folder (before the gateway
+    starts, not at its drain)."""
+    if path is None:
+        return
+    if next_version is None:
+        raise _fail("--drain-record: needs --next-version, the version that replaces this gateway (an update "
+                    "record names both; its from_version is --version)", EXIT_USAGE)
+    if path.is_dir():
+        raise _fail(f"--drain-record: {path} is a folder; give a file, e.g. {path / 'drain.json'}", EXIT_USAGE)
 
 
 def _required(flag: str, text: str, *, zero: bool = False) -> float:
@@ -242,8 +319,11 @@ def _run(config: GatewayConfig, version: str, writer: SummaryWriter | None) -> N
     finally:
         if sink is not None:
             sink.close(timeout_s=10.0)
+    if result.drain_record_error is not None:
+        raise _fail(result.drain_record_error, EXIT_INPUT)
     if result.drain is not None:
-        say_on_stderr(f"exit 0 (drain {result.drain.decision})")
+        written = "" if result.drain_record is None else f"; drain record {result.drain_record}"
+        say_on_stderr(f"exit 0 (drain {result.drain.decision}{written})")
 
 
 # ---- the admin API's client ------------------------------------------------------------------------------

@@ -13,10 +13,17 @@ A pool file (YAML)::
         models: [smollm2]      # models it serves (default: any)
         engine: llamacpp       # read its own queue and KV usage from its /metrics to route (default: not read)
         metrics_path: /metrics # where that engine answers its Prometheus exposition (default /metrics)
+    drain:                     # optional: the drain rules, instead of the --drain-* flags (see DRAIN_KEYS)
+      budget_s: 30             # the longest wait for the requests in flight
+      settle_s: 1              # the wait after leaving the pool (0 allowed)
+      idle_s: 10               # close a stream idle this long ("off": never)
+      max_inflight_s: 300      # close a stream in flight this long since its arrival ("off": never)
+      on_budget: terminate     # or return_to_pool
 """
 
 from __future__ import annotations
 
+import math
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
@@ -184,7 +191,15 @@ class GatewayConfig:
     drain_budget_s: float = 30.0
     drain_idle_s: float | None = 10.0
     drain_max_inflight_s: float | None = None
+    """During a drain, close a stream in flight this long since its arrival, however active (None: never)."""
     on_budget: str = "terminate"
+    drain_record: Path | None = None
+    """Where the gateway's own drain (SIGTERM, ``POST /admin/drain``) is written as the update record ``llmslo
+    rollout record`` takes (None: not written); needs :attr:`next_version`."""
+    next_version: str | None = None
+    """The version replacing this gateway: its own drain record's ``to_version``."""
+    update_id: str | None = None
+    """Its own drain record's ``update_id`` (None: ``VERSION-to-NEXT-STARTED``)."""
 
     def __post_init__(self) -> None:
         backends = tuple(self.backends)
@@ -227,6 +242,13 @@ class GatewayConfig:
             raise ConfigurationError(f"on_budget: terminate or return_to_pool, got {self.on_budget!r}")
         if not self.tenant_classes or "default" not in self.tenant_classes:
             raise ConfigurationError(f"tenant_classes: must include 'default', got {self.tenant_classes!r}")
+        for name in ("next_version", "update_id"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip() or len(value) > 128):
+                raise ConfigurationError(f"{name}: must be a name of 1 to 128 characters, got {value!r}")
+        if self.drain_record is not None and self.next_version is None:
+            raise ConfigurationError("drain_record: needs next_version (--next-version), the version that replaces "
+                                     "this gateway: an update record names both")
 
     def served_models(self) -> tuple[str, ...]:
         """The models the gateway answers for (empty: any)."""
@@ -290,8 +312,69 @@ def backend_from_mapping(item: Mapping[str, Any], default_id: str) -> BackendSpe
                        metrics_path=item.get("metrics_path", "/metrics"))
 
 
+DRAIN_KEYS = ("budget_s", "settle_s", "idle_s", "max_inflight_s", "on_budget")
+"""The drain rules a pool file's ``drain:`` and the body of ``POST /admin/backends/ID/drain`` may set."""
+DRAIN_FIELDS: Mapping[str, str] = MappingProxyType({
+    "budget_s": "drain_budget_s", "settle_s": "drain_settle_s", "idle_s": "drain_idle_s",
+    "max_inflight_s": "drain_max_inflight_s", "on_budget": "on_budget"})
+"""Each drain rule's field of :class:`GatewayConfig`."""
+DRAIN_FLAGS: Mapping[str, str] = MappingProxyType({
+    "budget_s": "--drain-budget", "settle_s": "--drain-settle", "idle_s": "--drain-idle",
+    "max_inflight_s": "--drain-max-inflight", "on_budget": "--on-budget"})
+"""Each drain rule's flag of ``llmslo gateway``."""
+_DRAIN_EXAMPLES = {"budget_s": "30", "settle_s": "1", "idle_s": "10", "max_inflight_s": "300"}
+_OFF_RULES = ("idle_s", "max_inflight_s")
+"""The rules that ``"off"`` switches off (a stream is then never closed for that reason)."""
+
+
+def drain_rules(item: Mapping[str, Any]) -> dict[str, float | str | None]:
+    """The drain rules of a pool file's ``drain:`` or an admin drain's body (keys :data:`DRAIN_KEYS`; one given
+    null is left out; ``"off"``, or YAML's ``off``, switches ``idle_s`` or ``max_inflight_s`` off: None). Raises
+    :class:`ConfigurationError` naming the key, the value and the fix."""
+    unknown = set(item) - set(DRAIN_KEYS)
+    if unknown:
+        raise ConfigurationError(f"unknown field(s) {', '.join(sorted(map(str, unknown)))}; known: "
+                                 f"{', '.join(DRAIN_KEYS)}")
+    out: dict[str, float | str | None] = {}
+    for key in DRAIN_KEYS:
+        value = item.get(key)
+        if value is None:
+            continue
+        if key == "on_budget":
+            if value not in ("terminate", "return_to_pool"):
+                raise ConfigurationError(f"on_budget: must be terminate or return_to_pool, got {value!r}")
+            out[key] = value
+            continue
+        if key in _OFF_RULES and (value == "off" or value is False):  # YAML 1.1 reads a bare off as false
+            out[key] = None
+            continue
+        zero = key == "settle_s"
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+                or not (value >= 0 if zero else value > 0):
+            off = ', or "off" for never' if key in _OFF_RULES else ""
+            raise ConfigurationError(f"{key}: must be a number of seconds {'>= 0' if zero else '> 0'}{off}, got "
+                                     f"{value!r}; e.g. {key}: {_DRAIN_EXAMPLES[key]}")
+        out[key] = float(value)
+    return out
+
+
+@dataclass(frozen=True)
+class PoolFile:
+    """What a pool file holds: its backends and its drain rules (by :class:`GatewayConfig` field, only those it
+    sets)."""
+
+    backends: tuple[BackendSpec, ...]
+    drain: Mapping[str, float | str | None] = field(default_factory=dict)
+
+
 def load_pool(path: str | Path) -> tuple[BackendSpec, ...]:
     """The backends of a pool file (YAML; see the module docstring). Raises :class:`ConfigurationError`."""
+    return read_pool(path).backends
+
+
+def read_pool(path: str | Path) -> PoolFile:
+    """A pool file (YAML; see the module docstring): its backends and its ``drain:`` rules. Raises
+    :class:`ConfigurationError` naming the backend's position or the rule, the field and the fix."""
     import yaml
 
     p = Path(path)
@@ -304,9 +387,18 @@ def load_pool(path: str | Path) -> tuple[BackendSpec, ...]:
     if not isinstance(data, Mapping) or not isinstance(data.get("backends"), Sequence) \
             or isinstance(data.get("backends"), str):
         raise ConfigurationError(f"{path}: expected a mapping with a 'backends' list (see `llmslo gateway --help`)")
-    unknown = set(data) - {"backends"}
+    unknown = set(data) - {"backends", "drain"}
     if unknown:
-        raise ConfigurationError(f"{path}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; only 'backends'")
+        raise ConfigurationError(f"{path}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; only 'backends' "
+                                 "and 'drain'")
+    drain = data.get("drain")
+    if drain is not None and not isinstance(drain, Mapping):
+        raise ConfigurationError(f"{path}: drain: expected a mapping of drain rules ({', '.join(DRAIN_KEYS)}), "
+                                 f"got {drain!r}")
+    try:
+        rules = drain_rules(drain or {})
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{path}: drain: {exc}") from exc
     out: list[BackendSpec] = []
     first: dict[str, int] = {}  # id -> the number of the backend that has it
     for i, item in enumerate(data["backends"], start=1):
@@ -321,4 +413,4 @@ def load_pool(path: str | Path) -> tuple[BackendSpec, ...]:
                                      "ids must be unique")
         first[spec.id] = i
         out.append(spec)
-    return tuple(out)
+    return PoolFile(tuple(out), {DRAIN_FIELDS[k]: v for k, v in rules.items()})

@@ -5,8 +5,9 @@ breaker is not open. :meth:`Pool.pick` takes two routable backends that serve th
 with fewer outstanding requests per slot (power of two choices, weighted by slots); a half-open breaker lets
 through only its probes. Where both have fresh figures of their engine's own load (a backend with an ``engine``,
 see :mod:`llmslo.gateway._engine_load`), it keeps the one with less ``(engine waiting + outstanding) / slots``,
-the lower KV usage on a tie. Every change of a backend's routability is logged once and counted
-(:attr:`Backend.changes`), and :meth:`Pool.status` is what the admin API shows.
+the lower KV usage on a tie. Every change of a backend's routability (in or out of the pool, healthy or not, its
+breaker opening or half-opening) is logged once and counted (:attr:`Backend.changes`), and :meth:`Pool.status` is
+what the admin API shows.
 
 A backend's drain is a :class:`DrainController` over that backend's requests alone (:class:`BackendDrain`): it
 removes the backend from the pool first, waits the settle time, waits for the requests in flight under the idle
@@ -22,12 +23,12 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from llmslo.controls import CircuitBreaker, DrainConfig, DrainController, DrainRecord
 from llmslo.gateway._concurrency import AdaptiveLimit
-from llmslo.gateway._config import ENGINE_PROFILES, BackendSpec, GatewayConfig
+from llmslo.gateway._config import DRAIN_KEYS, ENGINE_PROFILES, BackendSpec, GatewayConfig
 from llmslo.gateway._engine_load import NO_ENGINE_STATUS, EngineLoad, read_loop
 from llmslo.gateway._http import UpstreamError, UpstreamPool, send_request
 from llmslo.telemetry import ConfigurationError, RequestTracker, Telemetry
@@ -42,6 +43,10 @@ MAX_LISTED_MODELS = 64
 """The most model ids kept from one backend's list."""
 RETRY_AFTER_FLOOR_S = 1.0
 """The shortest ``Retry-After`` of a 503 ``circuit_open``, seconds (the header's own unit)."""
+
+_DRAIN_CONFIG_FIELDS = dict(zip(DRAIN_KEYS, ("wait_budget_s", "unregister_settle_s", "idle_threshold_s",
+                                             "max_inflight_s", "on_budget"), strict=True))
+"""Each drain rule's field of :class:`DrainConfig`."""
 
 FAILURE_KINDS = frozenset({"connect", "5xx", "stream", "stall", "slow_ttft", "timeout"})
 """What counts against a backend's breaker: it could not be reached, answered 5xx, broke a stream, stalled
@@ -137,6 +142,31 @@ class BackendDrain:
         self._tel.observe_drain(duration_s)
 
 
+class BreakerReport:
+    """What one backend's breaker reports (:class:`llmslo.controls.BreakerTelemetry`): passed on to the gateway's
+    telemetry (``llmslo_breaker_state``, ``llmslo_breaker_transitions_total``, the refusals' ``Retry-After``), and
+    each transition to the pool (:meth:`Pool.breaker_moved`), so that a breaker that takes the backend out of
+    routing, or lets it back in, is a change of the pool as a health check's is. The breaker calls it under its
+    own lock: nothing here reads the breaker."""
+
+    def __init__(self, pool: Pool, tel: Telemetry) -> None:
+        self._pool = pool
+        self._tel = tel
+        self.backend: Backend | None = None
+        """The backend whose breaker reports here (set once the backend is made)."""
+
+    def set_breaker_state(self, breaker: str, state: str) -> None:
+        self._tel.set_breaker_state(breaker, state)
+
+    def count_breaker_transition(self, breaker: str, from_state: str, to_state: str) -> None:
+        self._tel.count_breaker_transition(breaker, from_state, to_state)
+        if self.backend is not None:
+            self._pool.breaker_moved(self.backend, from_state, to_state)
+
+    def observe_retry_after(self, model: str, reject_reason: str, seconds: float) -> None:
+        self._tel.observe_retry_after(model, reject_reason, seconds)
+
+
 class Pool:
     """Every backend of a gateway (see the module docstring)."""
 
@@ -157,14 +187,17 @@ class Pool:
 
     def _backend(self, spec: BackendSpec) -> Backend:
         cfg = self.config
+        report = BreakerReport(self, self.tel)
         breaker = CircuitBreaker(spec.id, consecutive_failures=cfg.breaker_failures, error_rate=None,
-                                 open_s=cfg.breaker_open_s, failure_kinds=FAILURE_KINDS, telemetry=self.tel)
+                                 open_s=cfg.breaker_open_s, failure_kinds=FAILURE_KINDS, telemetry=report)
         limit = AdaptiveLimit(initial=2 * spec.slots, min_limit=1, max_limit=max(4, 64 * spec.slots))
         engine = None
         if spec.engine is not None:
             engine = EngineLoad(ENGINE_PROFILES[spec.engine], spec.host, spec.port, spec.metrics_path,
                                 cfg.engine_interval_s, clock=self._clock)
-        return Backend(spec, breaker, UpstreamPool(spec.host, spec.port), limit, engine=engine)
+        backend = Backend(spec, breaker, UpstreamPool(spec.host, spec.port), limit, engine=engine)
+        report.backend = backend
+        return backend
 
     def add(self, spec: BackendSpec) -> Backend:
         """Add a backend (unhealthy until its first health check passes). Raises :class:`ConfigurationError`
@@ -282,11 +315,35 @@ class Pool:
             backend.healthy = healthy
             self._changed(backend, f"{'healthy' if healthy else 'unhealthy'}: {why}")
 
-    def _changed(self, backend: Backend, what: str) -> None:
+    def breaker_moved(self, backend: Backend, came: str, to: str) -> None:
+        """``backend``'s breaker went from ``came`` to ``to``: a change of its routability where it opened or left
+        open (half-open lets its probe through), one log line and one count as a health change; nothing for a
+        half-open breaker that closes (routable before and after). Called under the breaker's lock (see
+        :class:`BreakerReport`): it reads nothing of the breaker, and the ``on_change`` hook, which may, runs
+        after it on the event loop."""
+        if (came == "open") == (to == "open"):
+            return
+        cfg = self.config
+        if to == "open":
+            why = f"{cfg.breaker_failures} failures in a row" if came == "closed" else "its half-open probe failed"
+            what = f"breaker open: {why}; one probe in {cfg.breaker_open_s:g} s"
+        else:
+            what = f"breaker half-open after {cfg.breaker_open_s:g} s open: routable for one probe"
+        self._changed(backend, what, hook_later=True)
+
+    def _changed(self, backend: Backend, what: str, *, hook_later: bool = False) -> None:
         backend.changes += 1
         log.warning("backend %s %s", backend.id, what)
-        if self._on_change is not None:
+        if self._on_change is None:
+            return
+        if not hook_later:
             self._on_change(backend, what)
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (a test driving the pool alone): no queue to follow the pool
+            return
+        loop.call_soon(self._on_change, backend, what)
 
     def status(self) -> list[dict[str, object]]:
         return [b.status() for b in self.backends.values()]
@@ -341,6 +398,8 @@ class Pool:
     async def _health_loop(self) -> None:
         while True:
             await asyncio.gather(*(self.check_health(b) for b in self.backends.values()))
+            for b in list(self.backends.values()):
+                b.breaker.retry_after_s()  # applies its timers: an open breaker half-opens (and says so) on time
             await asyncio.sleep(self.config.health_interval_s)
 
     def start_engine_reads(self) -> None:
@@ -364,13 +423,15 @@ class Pool:
 
     # ---- drain -----------------------------------------------------------------------------------------------
 
-    def drain_config(self, **overrides: object) -> DrainConfig:
+    def drain_config(self, rules: Mapping[str, float | str | None] | None = None) -> DrainConfig:
+        """The gateway's drain rules, those of ``rules`` (keys :data:`DRAIN_KEYS`, as :func:`drain_rules` gives
+        them: None switches ``idle_s`` or ``max_inflight_s`` off) in their place."""
         cfg = self.config
         values: dict[str, object] = {
             "wait_budget_s": cfg.drain_budget_s, "unregister_settle_s": cfg.drain_settle_s,
             "idle_threshold_s": cfg.drain_idle_s, "max_inflight_s": cfg.drain_max_inflight_s,
             "on_budget": cfg.on_budget, "poll_interval_s": 0.1}
-        values.update({k: v for k, v in overrides.items() if v is not None})
+        values.update({_DRAIN_CONFIG_FIELDS[k]: v for k, v in (rules or {}).items()})
         return DrainConfig(**values)  # type: ignore[arg-type]
 
     def begin_drain(self, backend: Backend, on_close: Callable[[RequestTracker, str], object],

@@ -6,7 +6,8 @@ The admin API listens on 127.0.0.1 only, on its own port:
 - ``POST /admin/backends/ID/drain``: drain that backend in the order of the definitions (out of the pool, the
   settle time, the wait for its requests in flight, at the budget terminate or return, the record). It answers
   202 at once with the backend's state, or with ``?wait=1`` 200 with the :class:`DrainRecord` once the drain
-  ended; a JSON body may set ``budget_s``, ``settle_s``, ``idle_s`` and ``on_budget`` for this drain;
+  ended; a JSON body may set ``budget_s``, ``settle_s``, ``idle_s``, ``max_inflight_s`` (seconds; ``"off"`` for
+  the last two: never) and ``on_budget`` for this drain (:func:`drain_rules`; a bad one is 400 naming it);
   409 when it is draining already;
 - ``POST /admin/backends/ID/ready``: put a drained backend back in the pool;
 - ``POST /admin/backends`` with a JSON body ``{"id", "url", "version", "slots", "models", "engine",
@@ -18,7 +19,8 @@ The admin API listens on 127.0.0.1 only, on its own port:
 
 On SIGTERM (or SIGINT) the gateway drains itself: readiness false first (``/ready`` 503, new requests 503
 ``draining``), the settle time, the wait for the requests in flight, then it stops; a second signal ends every
-request still in flight (``server_draining``) at once.
+request still in flight (``server_draining``) at once. With ``drain_record`` configured, that drain's record is
+written there (whole or not at all) as the update record ``llmslo rollout record`` takes.
 """
 
 from __future__ import annotations
@@ -32,13 +34,15 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from llmslo.controls import DrainRecord
-from llmslo.gateway._config import GatewayConfig, backend_from_mapping
+from llmslo.gateway._config import GatewayConfig, backend_from_mapping, drain_rules
 from llmslo.gateway._http import FrontConnection, Request, Responder, error_body
 from llmslo.gateway._pool import Backend
 from llmslo.gateway._proxy import GatewayApp
 from llmslo.telemetry import ConfigurationError, Telemetry
+from llmslo.telemetry._files import write_json_whole
 from llmslo.telemetry._guard import never_raising
 
 log = logging.getLogger("llmslo.gateway")
@@ -53,10 +57,13 @@ HANDLERS_FINISH_S = 5.0
 
 @dataclass
 class GatewayResult:
-    """What a run did: its own drain's record (None: it stopped without one)."""
+    """What a run did: its own drain's record (None: it stopped without one), where that record was written
+    (``drain_record``; None: nowhere) or why it could not be (``drain_record_error``), its backends' drains."""
 
     drain: DrainRecord | None = None
     backend_drains: dict[str, list[DrainRecord]] = field(default_factory=dict)
+    drain_record: Path | None = None
+    drain_record_error: str | None = None
 
 
 class Gateway:
@@ -145,14 +152,29 @@ class Gateway:
     async def drain_and_stop(self) -> DrainRecord:
         """Drain the gateway itself (readiness false first), then close it; the record."""
         drain = self.app.drain
-        if drain.begin(from_version=self.tel.version):
+        if drain.begin(from_version=self.tel.version, to_version=self.config.next_version or ""):
             self.say(f"draining: /ready is 503, new requests get 503 draining; settle {self.config.drain_settle_s:g} s")
         record = await drain.run()
         self.result.drain = record
         self.say(f"drain ended ({record.decision}) after {record.actual_drain_s:.2f} s: "
                  f"{record.in_flight_at_start} in flight at start, {record.terminated} closed")
+        if self.config.drain_record is not None:
+            self._write_record(Path(self.config.drain_record), record)
         await self.close()
         return record
+
+    def _write_record(self, path: Path, record: DrainRecord) -> None:
+        """Write the gateway's own drain record to ``path`` and say where; why not, in ``drain_record_error``."""
+        document = drain_record_document(self.config, record)
+        try:
+            write_json_whole(path, document)
+        except OSError as exc:
+            self.result.drain_record_error = f"cannot write the drain record to {path}: {exc.strerror or exc}"
+            return  # the caller says it (the command exits 1 with it)
+        self.result.drain_record = path
+        where = "" if path.is_absolute() else f" ({path.absolute()})"
+        self.say(f"drain record written to {path}{where}, update {document['update_id']}: "
+                 f"llmslo rollout record {path} --db STORE stores it")
 
     # ---- the admin API -----------------------------------------------------------------------------------
 
@@ -226,14 +248,7 @@ class Gateway:
             options = json.loads(req.body) if req.body.strip() else {}
             if not isinstance(options, dict):
                 raise ValueError("expected a JSON object")
-            unknown = set(options) - {"budget_s", "settle_s", "idle_s", "on_budget"}
-            if unknown:
-                raise ValueError(f"unknown field(s) {', '.join(sorted(unknown))}; known: budget_s, settle_s, "
-                                 "idle_s, on_budget")
-            config = self.pool.drain_config(wait_budget_s=options.get("budget_s"),
-                                            unregister_settle_s=options.get("settle_s"),
-                                            idle_threshold_s=options.get("idle_s"),
-                                            on_budget=options.get("on_budget"))
+            config = self.pool.drain_config(drain_rules(options))
         except (ValueError, ConfigurationError) as exc:
             res.send(400, [_JSON], error_body(f"drain options: {exc}", "invalid_request_error", 400))
             return
@@ -254,6 +269,14 @@ class Gateway:
         self._drains.discard(task)
         if not task.cancelled() and task.exception() is None:
             self.result.backend_drains.setdefault(backend.id, []).append(task.result())
+
+
+def drain_record_document(config: GatewayConfig, record: DrainRecord) -> dict[str, object]:
+    """The update record ``llmslo rollout record`` accepts for the gateway's own drain: ``update_id``
+    (``config.update_id``, else ``FROM-to-TO-STARTED``, the drain's start in whole Unix seconds) and the drain
+    section, ``record.to_dict()``, from which it takes the versions, the impact, the start and the end."""
+    update_id = config.update_id or f"{record.from_version}-to-{record.to_version}-{int(record.started_unix_s)}"
+    return {"update_id": update_id, "drain": record.to_dict()}
 
 
 def settle_heap() -> None:

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
 import signal
 import socket
 from collections.abc import Callable, Collection, Sequence
@@ -47,7 +45,7 @@ from llmslo.telemetry import (
     Telemetry,
     recover_journal,
 )
-from llmslo.telemetry._files import create_temporary
+from llmslo.telemetry._files import write_json_whole
 from llmslo.telemetry._guard import never_raising, silent
 
 if TYPE_CHECKING:
@@ -369,18 +367,5 @@ def drain_record_document(config: ServerConfig, record: DrainRecord) -> dict[str
 def write_drain_record(config: ServerConfig, record: DrainRecord) -> Path:
     """Write the drain's update record to ``config.drain_record`` (whole or not at all: a temporary file
     renamed over it); the path."""
-    path = config.drain_record
-    assert path is not None
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = create_temporary(path.parent, f".{path.name}.")  # the umask's mode, as other outputs
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(drain_record_document(config, record), fh, indent=2)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return path
+    assert config.drain_record is not None
+    return write_json_whole(config.drain_record, drain_record_document(config, record))

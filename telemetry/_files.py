@@ -9,11 +9,13 @@ llmslo writes holds a secret, so none is written ``0600`` (docs/conventions.md, 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import secrets
 from pathlib import Path
 
-__all__ = ["create_temporary"]
+__all__ = ["create_temporary", "write_json_whole"]
 
 
 def create_temporary(folder: str | os.PathLike[str], prefix: str, suffix: str = ".tmp") -> tuple[int, Path]:
@@ -27,3 +29,21 @@ def create_temporary(folder: str | os.PathLike[str], prefix: str, suffix: str = 
         except FileExistsError:
             continue
     raise FileExistsError(f"no free temporary name for {prefix}…{suffix} in {base}")
+
+
+def write_json_whole(path: str | os.PathLike[str], document: object) -> Path:
+    """Write ``document`` as indented JSON to ``path``, whole or not at all: a temporary file beside it (the folder
+    made where missing), renamed over it; the path. Raises ``OSError``."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = create_temporary(target.parent, f".{target.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(document, fh, indent=2)
+            fh.write("\n")
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return target
