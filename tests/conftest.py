@@ -57,6 +57,9 @@ SLOW: dict[str, str] = {
     "test_fleet_store.py": _CHDB,
     "test_bench_gpu_run.py::test_the_script_runs_the_engine_the_load_and_the_join_without_a_gpu": _SERVER,
     "test_gateway_redis.py": _REDIS,
+    "test_gateway_drain_record.py::test_a_drain_record_needs_the_next_version_and_a_file": _CLI,
+    "test_gateway_drain_record.py::test_the_drain_max_inflight_rule_reaches_the_gateway_from_the_flag_or_the_pool_file":
+        _CLI,
     "test_gateway_paths.py::test_ten_thousand_api_keys_keep_the_key_table_and_its_memory_bounded":
         "10,000 requests through a gateway under tracemalloc (about 9 s)",
     "test_gateway_paths.py::test_a_backend_slower_than_the_ttft_bound_opens_its_breaker_and_new_requests_go_to_the_other":
