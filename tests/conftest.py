@@ -48,6 +48,7 @@ SLOW: dict[str, str] = {
     "test_clickhouse_otel.py": _CHDB,
     "test_cli_check.py": _SERVER,
     "test_bench_floor_proxy.py": _SERVER,
+    "test_bench_middleware.py": "starts uvicorn servers and drives them",
     "test_loadgen_keepalive.py::test_the_command_keeps_connections_unless_told_not_to": _CLI,
     "test_bench_gateway_base.py::test_another_checkouts_gateway_runs_from_it_beside_this_one": _SERVER,
     "test_bench_gateway_base.py::test_a_folder_that_is_not_a_checkout_is_refused": _PYTHON,
