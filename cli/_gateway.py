@@ -164,8 +164,7 @@ def run_gateway(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from llmslo.gateway import BudgetConfig, GatewayConfig, backend_from_arg
-    from llmslo.gateway._config import read_pool
+    from llmslo.gateway import BudgetConfig, GatewayConfig, backend_from_arg, load_pool
 
     if not backend and pool is None:
         raise _fail("give the engines: --backend URL (repeat it) or --pool FILE; see llmslo gateway --help",
@@ -178,7 +177,7 @@ def run_gateway(
     pool_drain: Mapping[str, float | str | None] = {}
     try:
         if pool is not None:
-            read = read_pool(pool)
+            read = load_pool(pool)
             backends, pool_drain = read.backends, read.drain
         else:
             backends = tuple(backend_from_arg(text, i, engine=engine_metrics)
@@ -242,7 +241,7 @@ def _drain_settings(ctx: typer.Context, pool_drain: Mapping[str, float | str | N
                     drain_budget: str, drain_idle: str, drain_max_inflight: str, on_budget: str) -> _DrainSettings:
     """The drain rules, by :class:`GatewayConfig` field: the pool file's ``drain:`` where it sets one, else the
     flag's; a rule set both in the file and on the command line is refused."""
-    from llmslo.gateway._config import DRAIN_FIELDS, DRAIN_FLAGS
+    from llmslo.gateway import DRAIN_FIELDS, DRAIN_FLAGS
 
     def from_file(key: str) -> bool:
         """Whether the pool file sets the rule ``key`` (refused when its flag was given too)."""

@@ -8,8 +8,9 @@ only for requests that sent their client nothing, streams passed on byte for byt
 gateway ends one itself, a drain per backend in the order of the definitions, and one request summary per
 request. ``docs/gateway.md`` is the tour.
 
-- :class:`GatewayConfig`, :class:`BackendSpec`, :class:`BudgetConfig`, :func:`load_pool`,
-  :func:`backend_from_arg`, :data:`ENGINE_CHOICES`: the configuration;
+- :class:`GatewayConfig`, :class:`BackendSpec`, :class:`BudgetConfig`, :func:`load_pool` (a :class:`PoolFile`),
+  :func:`backend_from_arg`, :data:`ENGINE_CHOICES`, :data:`DRAIN_FIELDS` and :data:`DRAIN_FLAGS` (the drain
+  rules' fields and flags): the configuration;
 - :class:`Gateway`: one running gateway (front server, admin API, health checks); :func:`serve` runs one until
   SIGTERM;
 - :class:`GatewayApp`: the request path; :class:`Pool`, :class:`Backend`: the backends; :class:`PoolCollector`:
@@ -17,10 +18,13 @@ request. ``docs/gateway.md`` is the tour.
 """
 
 from llmslo.gateway._config import (
+    DRAIN_FIELDS,
+    DRAIN_FLAGS,
     ENGINE_CHOICES,
     BackendSpec,
     BudgetConfig,
     GatewayConfig,
+    PoolFile,
     backend_from_arg,
     load_pool,
 )
@@ -34,6 +38,8 @@ __all__ = [
     "Backend",
     "BackendSpec",
     "BudgetConfig",
+    "DRAIN_FIELDS",
+    "DRAIN_FLAGS",
     "ENGINE_CHOICES",
     "Gateway",
     "GatewayApp",
@@ -42,6 +48,7 @@ __all__ = [
     "LOOP_CHOICES",
     "Pool",
     "PoolCollector",
+    "PoolFile",
     "backend_from_arg",
     "event_loop_factory",
     "load_pool",

@@ -367,12 +367,7 @@ class PoolFile:
     drain: Mapping[str, float | str | None] = field(default_factory=dict)
 
 
-def load_pool(path: str | Path) -> tuple[BackendSpec, ...]:
-    """The backends of a pool file (YAML; see the module docstring). Raises :class:`ConfigurationError`."""
-    return read_pool(path).backends
-
-
-def read_pool(path: str | Path) -> PoolFile:
+def load_pool(path: str | Path) -> PoolFile:
     """A pool file (YAML; see the module docstring): its backends and its ``drain:`` rules. Raises
     :class:`ConfigurationError` naming the backend's position or the rule, the field and the fix."""
     import yaml

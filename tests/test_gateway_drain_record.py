@@ -28,8 +28,7 @@ from typing import Any
 import httpx
 import pytest
 
-from llmslo.gateway import GatewayConfig
-from llmslo.gateway._config import read_pool
+from llmslo.gateway import GatewayConfig, load_pool
 from llmslo.telemetry import ConfigurationError
 from llmslo.tests._gateway_support import ScriptedBackend, running
 
@@ -132,7 +131,7 @@ def test_a_drain_record_needs_the_next_version_and_a_file(tmp_path: Path) -> Non
     r = llmslo(tmp_path, "gateway", "--backend", "http://127.0.0.1:1", "--drain-record", ".", "--next-version", "v2")
     assert r.returncode == 2 and "--drain-record: . is a folder; give a file, e.g. drain.json" in r.stderr, r.stderr
     with pytest.raises(ConfigurationError, match="drain_record: needs next_version"):
-        GatewayConfig(backends=read_pool(_pool(tmp_path, "")).backends, drain_record=Path("d.json"))
+        GatewayConfig(backends=load_pool(_pool(tmp_path, "")).backends, drain_record=Path("d.json"))
 
 
 def test_the_gateway_drained_in_process_writes_its_record_whole(tmp_path: Path) -> None:
@@ -194,9 +193,9 @@ def _pool(folder: Path, drain: str) -> Path:
 
 
 def test_the_pool_files_drain_rules_are_read_and_a_bad_one_is_named_with_the_fix(tmp_path: Path) -> None:
-    read = read_pool(_pool(tmp_path, "drain:\n  max_inflight_s: 2\n  idle_s: off\n  settle_s: 0\n"))
+    read = load_pool(_pool(tmp_path, "drain:\n  max_inflight_s: 2\n  idle_s: off\n  settle_s: 0\n"))
     assert dict(read.drain) == {"drain_max_inflight_s": 2.0, "drain_idle_s": None, "drain_settle_s": 0.0}
-    assert dict(read_pool(_pool(tmp_path, "")).drain) == {}
+    assert dict(load_pool(_pool(tmp_path, "")).drain) == {}
     for text, message in [
         ("drain:\n  max_inflight_s: -1\n", 'drain: max_inflight_s: must be a number of seconds > 0, or "off" for '
                                            "never, got -1; e.g. max_inflight_s: 300"),
@@ -207,7 +206,7 @@ def test_the_pool_files_drain_rules_are_read_and_a_bad_one_is_named_with_the_fix
         ("drain: 5\n", "drain: expected a mapping of drain rules"),
     ]:
         with pytest.raises(ConfigurationError, match=r"pool\.yaml: ") as caught:
-            read_pool(_pool(tmp_path, text))
+            load_pool(_pool(tmp_path, text))
         assert message in str(caught.value), caught.value
 
 

@@ -350,7 +350,7 @@ def test_a_pool_file_sets_the_engine_and_its_metrics_path_and_a_bad_path_is_refu
     pool = tmp_path / "pool.yaml"
     pool.write_text("backends:\n  - {id: a, url: 'http://127.0.0.1:8001', engine: sglang, metrics_path: /m}\n"
                     "  - {id: b, url: 'http://127.0.0.1:8002'}\n")
-    a, b = load_pool(pool)
+    a, b = load_pool(pool).backends
     assert (a.engine, a.metrics_path, b.engine, b.metrics_path) == ("sglang", "/m", None, "/metrics")
     pool.write_text("backends:\n  - {id: a, url: 'http://127.0.0.1:8001', engine: sglang, metrics_path: 'm?x=1'}\n")
     with pytest.raises(ConfigurationError, match=r"backend 1: backend 'a': metrics_path must be a path like /metrics"):
