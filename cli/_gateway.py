@@ -184,7 +184,6 @@ def run_gateway(
                              for i, text in enumerate(backend or (), start=1))
     except ConfigurationError as exc:
         raise _fail(f"{'--pool' if pool is not None else '--backend'}: {exc}", EXIT_USAGE) from None
-    _check_drain_record(drain_record, next_version)
     drain = _drain_settings(ctx, pool_drain, drain_settle=drain_settle, drain_budget=drain_budget,
                             drain_idle=drain_idle, drain_max_inflight=drain_max_inflight, on_budget=on_budget)
     try:
@@ -270,18 +269,6 @@ def _drain_settings(ctx: typer.Context, pool_drain: Mapping[str, float | str | N
     assert settle is not None and budget is not None  # neither can be switched off
     return {"drain_settle_s": settle, "drain_budget_s": budget, "drain_idle_s": idle,
             "drain_max_inflight_s": max_inflight, "on_budget": decision}
-
-
-def _check_drain_record(path: Path | None, next_version: str | None) -> None:
-    """Refuse a ``--drain-record`` without ``--next-version``, or one that names a folder (before the gateway
-    starts, not at its drain)."""
-    if path is None:
-        return
-    if next_version is None:
-        raise _fail("--drain-record: needs --next-version, the version that replaces this gateway (an update "
-                    "record names both; its from_version is --version)", EXIT_USAGE)
-    if path.is_dir():
-        raise _fail(f"--drain-record: {path} is a folder; give a file, e.g. {path / 'drain.json'}", EXIT_USAGE)
 
 
 def _required(flag: str, text: str, *, zero: bool = False) -> float:

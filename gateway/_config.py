@@ -246,9 +246,13 @@ class GatewayConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value.strip() or len(value) > 128):
                 raise ConfigurationError(f"{name}: must be a name of 1 to 128 characters, got {value!r}")
-        if self.drain_record is not None and self.next_version is None:
-            raise ConfigurationError("drain_record: needs next_version (--next-version), the version that replaces "
-                                     "this gateway: an update record names both")
+        if self.drain_record is not None:
+            if self.next_version is None:
+                raise ConfigurationError("--drain-record: needs --next-version, the version that replaces this "
+                                         "gateway (an update record names both; its from_version is --version)")
+            if Path(self.drain_record).is_dir():
+                raise ConfigurationError(f"--drain-record: {self.drain_record} is a folder; give a file, e.g. "
+                                         f"{Path(self.drain_record) / 'drain.json'}")
 
     def served_models(self) -> tuple[str, ...]:
         """The models the gateway answers for (empty: any)."""

@@ -837,40 +837,38 @@ class _UsageStripper:
     The common read, ``\\n``-framed events that end with the read, without ``"usage"`` in them, costs one ``rfind``
     and one ``find`` (no copy); the reads of a stream with CR line ends a regular expression's search besides."""
 
-    __slots__ = ("_held", "_through")
+    __slots__ = ("_held", "_skip_lf", "_through")
 
     def __init__(self) -> None:
-        self._held: bytes | None = b""
-        """The bytes of an event not complete yet; None: see :attr:`_through`."""
+        self._held = b""
+        """The bytes of an event not complete yet."""
+        self._skip_lf = False
+        """A LF that begins the next read is withheld: the second byte of the CR LF that ended the event withheld
+        last, at the end of a read."""
         self._through = False
-        """With :attr:`_held` None: passing everything on (an event was too long), else a LF that begins the next
-        read is withheld (the second byte of the CR LF that ended the event withheld last)."""
+        """Passing everything on as it comes (an event grew past :data:`MAX_EVENT_BYTES`)."""
 
     def feed(self, data: bytes) -> bytes:
         """The bytes to pass on for ``data``, one read of the body."""
+        if self._through:
+            return data
+        if self._skip_lf:
+            self._skip_lf = False
+            if data.startswith(b"\n"):
+                data = data[1:]
         held = self._held
-        if held:
-            # a blank line that ends in this read begins at most 3 bytes before it (CR LF CR LF): only the read
-            # and those are searched, so that an event held over many reads is not searched again each time
-            start = max(0, len(held) - 3)
-            buf = held + data
-        elif held is None:
-            if self._through:
-                return data
-            self._held = b""
-            start = 0
-            buf = data[1:] if data.startswith(b"\n") else data
-        else:
-            start = 0
-            buf = data
+        # a blank line that ends in this read begins at most 3 bytes before it (CR LF CR LF): only the read and
+        # those are searched, so that an event held over many reads is not searched again each time
+        start = max(0, len(held) - 3)
+        buf = held + data if held else data
         end = buf.rfind(b"\n\n", start) + 2
         # no LF LF blank line, or a CR after the last one: a blank line may end with a CR (CR LF, or CR alone);
         # one that ends in a read without CR holds LF LF
         if end == 1 or (end < len(buf) and buf.find(b"\r", end) >= 0):
-            end = events_end(buf, start) if end > 1 or _CR in data else -1
+            end = events_end(buf, start) if end > 1 or data.find(b"\r") >= 0 else -1
             if end < 0:
                 if len(buf) > MAX_EVENT_BYTES:
-                    self._held, self._through = None, True
+                    self._held, self._through = b"", True
                     return buf
                 self._held = buf
                 return b""
@@ -882,19 +880,14 @@ class _UsageStripper:
         if head.find(b'"usage"') < 0:
             return head
         out, cut_cr = _without_usage_only(head)
-        if cut_cr and head is buf:  # the read ended with the CR of the event withheld: a LF may follow
-            self._held = None
+        self._skip_lf = cut_cr and head is buf  # the read ended with the CR of the event withheld: a LF may follow
         return out
 
     def flush(self) -> bytes:
         """At the body's end: the bytes still held (the start of an event the body never completed), as they came;
         an SSE reader drops them."""
         held, self._held = self._held, b""
-        return held or b""
-
-
-_CR = 13
-"""A CR byte, looked for by its value (``_CR in data``: see the note on ``_CR`` in telemetry/_openai_stream.py)."""
+        return held
 
 
 def _without_usage_only(head: bytes) -> tuple[bytes, bool]:

@@ -269,8 +269,9 @@ class Attempt:
             self.finish_reason, self.error_type = "error", "truncated"
 
     def _classify_status(self, body: bytes | None) -> None:
-        self.finish_reason, self.reject_reason, self.error_type = classify_status(self.status or 0,
-                                                                                  _error_type_of(body))
+        # the body's error type as the middleware and the gateway read it (read_reply: the one reader)
+        kind = read_reply(body).error if body else None
+        self.finish_reason, self.reject_reason, self.error_type = classify_status(self.status or 0, kind)
 
     def _classify_error_event(self) -> None:
         self.finish_reason, self.error_type = classify_error(self.server_error or "")
@@ -337,12 +338,6 @@ def keep_body(body: bytes) -> str:
     left out, bytes that are not UTF-8 written as ``\\xNN``."""
     decoder = codecs.getincrementaldecoder("utf-8")("backslashreplace")
     return decoder.decode(body[:ERROR_BODY_KEPT_BYTES], final=len(body) <= ERROR_BODY_KEPT_BYTES)
-
-
-def _error_type_of(body: bytes | None) -> str | None:
-    """What a refusal's or failure's body says went wrong, as the one reader reads it (``read_reply``'s
-    ``error``: an ``error`` object's ``type``, ...); None when the body says nothing."""
-    return read_reply(body).error if body else None
 
 
 # ---- the summary row and the log line --------------------------------------------------------------------

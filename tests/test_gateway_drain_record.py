@@ -130,7 +130,7 @@ def test_a_drain_record_needs_the_next_version_and_a_file(tmp_path: Path) -> Non
     assert r.returncode == 2 and "--drain-record: needs --next-version" in r.stderr, r.stderr
     r = llmslo(tmp_path, "gateway", "--backend", "http://127.0.0.1:1", "--drain-record", ".", "--next-version", "v2")
     assert r.returncode == 2 and "--drain-record: . is a folder; give a file, e.g. drain.json" in r.stderr, r.stderr
-    with pytest.raises(ConfigurationError, match="drain_record: needs next_version"):
+    with pytest.raises(ConfigurationError, match="--drain-record: needs --next-version"):
         GatewayConfig(backends=load_pool(_pool(tmp_path, "")).backends, drain_record=Path("d.json"))
 
 

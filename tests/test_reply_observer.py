@@ -73,18 +73,20 @@ ERROR_BODIES: list[tuple[bytes, str | None]] = [
 
 @pytest.mark.parametrize(("body", "kind"), ERROR_BODIES)
 def test_an_error_body_reads_the_same_for_the_load_generator_and_the_observer(body: bytes, kind: str | None) -> None:
-    from llmslo.loadgen._attempt import _error_type_of
+    from llmslo.loadgen import Attempt
     from llmslo.telemetry._openai_stream import read_reply
 
     assert (read_reply(body).error if body else None) == kind
-    assert _error_type_of(body) == kind
+    expected = ("rejected", kind) if kind == "queue_full" else ("error", None)
+    a = Attempt("r-err", 1, 0.0, 3, 8, sent_unix_s=1.8e9, sent_ns=1, status=503)
+    a.classify(body)  # what the load generator records for the same refusal
+    assert (a.finish_reason, a.reject_reason) == expected
     tel = Telemetry()
     t = tel.start("r-err", model="m")
     obs = R.ReplyObserver(t)
     obs.start(503, b"application/json")
     obs.body(body, True)
     obs.complete()
-    expected = ("rejected", kind) if kind == "queue_full" else ("error", None)
     assert (t.finish_reason, t.reject_reason) == expected
 
 
@@ -98,3 +100,24 @@ def test_an_error_event_in_vllms_older_shape_ends_the_stream() -> None:
     obs.body(b"data: [DONE]\n\n", True)
     obs.complete()
     assert (t.finish_reason, obs.error) == ("error", "InternalServerError")
+
+
+@pytest.mark.parametrize("body", [
+    b'{"error": {"type": "queue_full", "message": "full"}}',
+    b'{"error": "queue_full"}',
+    b'{"error": "the queue is full", "error_type": "queue_full"}',
+    b'{"object": "error", "message": "the queue is full", "type": "queue_full", "code": 503}',
+])
+def test_a_refusal_in_every_shape_is_rejected_with_its_reason_by_the_load_generator_and_the_observer(
+        body: bytes) -> None:
+    from llmslo.loadgen import Attempt
+
+    a = Attempt("r-err", 1, 0.0, 3, 8, sent_unix_s=1.8e9, sent_ns=1, status=503)
+    a.classify(body)
+    tel = Telemetry()
+    t = tel.start("r-err", model="m")
+    obs = R.ReplyObserver(t)
+    obs.start(503, b"application/json")
+    obs.body(body, True)
+    obs.complete()
+    assert (a.finish_reason, a.reject_reason) == (t.finish_reason, t.reject_reason) == ("rejected", "queue_full")
